@@ -1,0 +1,42 @@
+# Two entry points (see README): `make run` and `make test`. Each sets up its own
+# virtual environment first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SHARED_DATA ?= ../shared/data
+
+# The archive the main job converts. Here: the shared real-pixel stand-in
+# (no internet). `make run CIFAR10_SOURCE=` downloads the official archive.
+CIFAR10_SOURCE ?= $(SHARED_DATA)/cifar-10-mini-python.tar.gz
+CIFAR10_SHA256 ?= 725b7c7a07002b7a8100aa0f84e2b2a528c9ab7e03d55ab240a67e44aff60726
+SOURCE_FLAGS = $(if $(CIFAR10_SOURCE),--source $(CIFAR10_SOURCE) --sha256 $(CIFAR10_SHA256),)
+DATA_DIR ?= work/cifar-10-data
+JOB_DIR ?= work/job
+RUN_FLAGS ?= --num-layers 20 --train-steps 400 --batch-norm-decay 0.9 --data-format channels_last
+
+.PHONY: venv run test lint bench clean
+
+$(VENV)/.installed: setup.py requirements.txt requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-test.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	$(PY) generate_cifar10_tfrecords.py --data-dir $(DATA_DIR) $(SOURCE_FLAGS)
+
+lint: venv
+	$(PY) -m ruff check .
+
+test: lint
+	$(PY) -m pytest
+
+bench: venv
+	$(PY) benchmarks/input_pipeline.py --source $(SHARED_DATA)/cifar-10-jpeg-python.tar.gz \
+	  --sha256 818d7f7e2356d667cc55e182d01757a60db5247f56f99ff29a9eade8536256f4
+
+clean:
+	rm -rf work

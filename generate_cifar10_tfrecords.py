@@ -1,0 +1,16 @@
+#!/usr/bin/env python
+"""Writes CIFAR-10 train/validation/eval TFRecords: see ``estimator.convert``.
+
+    python generate_cifar10_tfrecords.py --data-dir=/tmp/cifar-10-data
+    python generate_cifar10_tfrecords.py --data-dir=gs://BUCKET/cifar-10-data
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out
+
+from estimator.convert import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Packaging for Cloud ML Engine / Vertex AI and for local use.
+
+The service installs this package with pip on top of its runtime, which already
+provides TensorFlow: so TensorFlow is an extra (``[tf]``), never a hard
+requirement that would drag a second TensorFlow over the runtime's.
+"""
+
+import os
+import re
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, "estimator", "__init__.py")) as f:
+    VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+
+setup(
+    name="cifar10-resnet-estimator",
+    version=VERSION,
+    description="CIFAR-10 ResNets with TensorFlow Estimator, locally and on "
+    "Google Cloud ML Engine / Vertex AI.",
+    packages=find_packages(include=["estimator", "estimator.*"]),
+    py_modules=["generate_cifar10_tfrecords"],
+    python_requires=">=3.7",
+    install_requires=[
+        "google-cloud-storage>=1.28",
+        "cloudml-hypertune>=0.1.0.dev6",
+        "pyyaml>=5.1",
+        "requests>=2.20",
+        "tqdm>=4.40",
+        "numpy>=1.16",
+    ],
+    extras_require={
+        # Local installs; the cloud runtime (2.11 ... 2.15) brings its own TensorFlow.
+        "tf": ["tensorflow-cpu>=2.11,<2.16"],
+    },
+    entry_points={
+        "console_scripts": [
+            "generate-cifar10-tfrecords=estimator.convert:main",
+        ]
+    },
+)

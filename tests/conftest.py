@@ -1,0 +1,79 @@
+"""Shared fixtures: small archives, the shared data sets, a storage emulator."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
+MINI_ARCHIVE = os.path.join(SHARED_DATA, "cifar-10-mini-python.tar.gz")
+MINI_SHA256 = "725b7c7a07002b7a8100aa0f84e2b2a528c9ab7e03d55ab240a67e44aff60726"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def mini_archive():
+    if not os.path.exists(MINI_ARCHIVE):
+        pytest.fail("The shared real-pixel archive %s is missing: CI clones the repo with "
+                    "../shared beside it." % MINI_ARCHIVE)
+    return MINI_ARCHIVE
+
+
+@pytest.fixture(scope="session")
+def mini_records(tmp_path_factory, mini_archive):
+    """TFRecords of the shared real-pixel archive (4,068 / 1,017 / 1,017 images)."""
+    from estimator.convert import convert
+
+    data_dir = str(tmp_path_factory.mktemp("mini-records"))
+    convert(data_dir, source=mini_archive, sha256=MINI_SHA256, progress=False, log=lambda *_: None)
+    return data_dir
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator():
+    """A real gcp-storage-emulator process on loopback; yields its URL."""
+    port = free_port()
+    exe = os.path.join(os.path.dirname(sys.executable), "gcp-storage-emulator")
+    proc = subprocess.Popen([exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail("gcp-storage-emulator exited with %s" % proc.returncode)
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("gcp-storage-emulator did not listen on port %d" % port)
+    try:
+        yield "http://127.0.0.1:%d" % port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def gcs(gcs_emulator, monkeypatch):
+    """The emulator as the package's Cloud Storage, with a fresh bucket; yields gs://bucket."""
+    from estimator import storage
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator)
+    storage._client_cache.clear()
+    name = "test-bucket-%d" % int(time.time() * 1e6)
+    storage._client().create_bucket(name)
+    yield "gs://" + name
+    storage._client_cache.clear()

@@ -1,0 +1,115 @@
+"""Cifar10DataSet: exact eval images, valid distortions, seeds, missing data."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator import cifar10_format as fmt
+from estimator.cifar10 import Cifar10DataSet, MissingDataError, distort
+from estimator.convert import convert
+from tests import cifar_archives as ca
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """Records with train 4+3+5+2 = 14, validation 6, eval 7 images of known values."""
+    tmp = tmp_path_factory.mktemp("small")
+    sha, batches = ca.make_archive(str(tmp / "a.tar.gz"), sizes=(4, 3, 5, 2, 6, 7))
+    convert(str(tmp / "data"), source=str(tmp / "a.tar.gz"), sha256=sha, progress=False,
+            log=lambda *_: None)
+    return str(tmp / "data"), batches
+
+
+def hwc(rows):
+    return rows.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1).astype(np.float32)
+
+
+def test_eval_sees_every_image_exactly_once_in_order(small):
+    data_dir, batches = small
+    images, labels = [], []
+    for x, y in Cifar10DataSet(data_dir, "eval").dataset(3):  # 7 = 3 + 3 + 1 (+2 padding)
+        assert x.shape == (3, 32, 32, 3) and x.dtype == tf.float32 and y.dtype == tf.int32
+        images.append(x.numpy())
+        labels.append(y.numpy())
+    images, labels = np.concatenate(images), np.concatenate(labels)
+    want = batches["test_batch"]
+    assert labels.tolist() == want[b"labels"] + [fmt.PAD_LABEL] * 2
+    np.testing.assert_array_equal(images[:7], hwc(want[b"data"]))
+    np.testing.assert_array_equal(images[7:], 0)
+
+
+def test_make_batch_is_graph_mode_tensors(small):
+    data_dir, batches = small
+    with tf.Graph().as_default():
+        x, y = Cifar10DataSet(data_dir, "validation").make_batch(6)
+        with tf.compat.v1.Session() as sess:
+            xv, yv = sess.run([x, y])
+    assert yv.tolist() == batches["data_batch_5"][b"labels"]
+    np.testing.assert_array_equal(xv, hwc(batches["data_batch_5"][b"data"]))
+
+
+def test_training_batches_without_distortion_are_a_shuffled_epoch(small):
+    data_dir, batches = small
+    train = np.concatenate([hwc(batches[n][b"data"]) for n in fmt.SPLITS["train"]])
+    x, y = next(iter(Cifar10DataSet(data_dir, "train", use_distortion=False, seed=3).dataset(14)))
+    order = [int(np.flatnonzero((train == img).all(axis=(1, 2, 3)))[0]) for img in x.numpy()]
+    assert sorted(order) == list(range(14)) and order != list(range(14))
+
+
+def test_distortion_is_a_padded_crop_maybe_flipped():
+    rng = np.random.RandomState(0)
+    images = rng.randint(1, 256, size=(64, 32, 32, 3)).astype(np.uint8)  # no zeros inside
+    out = distort(tf.constant(images), tf.constant([5, 0], tf.int64)).numpy()
+    padded = np.pad(images, [(0, 0), (4, 4), (4, 4), (0, 0)])
+    offsets, flips = set(), 0
+    for i in range(64):
+        match = [(dy, dx, f) for dy in range(9) for dx in range(9) for f in (0, 1)
+                 if np.array_equal(out[i], (lambda c: c[:, ::-1] if f else c)(
+                     padded[i, dy:dy + 32, dx:dx + 32]))]
+        assert match, "image %d is not a crop of its padded source" % i
+        offsets.add(match[0][:2])
+        flips += match[0][2]
+    assert len(offsets) > 20 and 16 < flips < 48  # really random, both ways
+
+
+def test_seed_fixes_order_and_distortion(small):
+    data_dir, _ = small
+
+    def first(seed):
+        it = iter(Cifar10DataSet(data_dir, "train", seed=seed).dataset(5))
+        return np.concatenate([next(it)[0].numpy() for _ in range(3)])
+
+    np.testing.assert_array_equal(first(11), first(11))
+    assert not np.array_equal(first(11), first(12))
+
+
+def test_counts_come_from_the_files_not_the_meta(small, mini_records):
+    data_dir, _ = small
+    ds = Cifar10DataSet(data_dir, "train")
+    assert [ds.num_examples_per_epoch(s) for s in fmt.SUBSETS] == [14, 6, 7]
+    # The shared archive's batches.meta says 10,000 per batch; each holds 1,017.
+    mini = Cifar10DataSet(mini_records, "eval")
+    assert [mini.num_examples_per_epoch(s) for s in fmt.SUBSETS] == [4068, 1017, 1017]
+
+
+def test_records_of_the_original_tool_without_manifest(small, tmp_path):
+    data_dir, _ = small
+    for subset in fmt.SUBSETS:
+        name = fmt.record_filename(subset)
+        os.symlink(os.path.join(data_dir, name), str(tmp_path / name))
+    assert Cifar10DataSet(str(tmp_path), "train").num_examples_per_epoch() == 14
+
+
+@pytest.mark.parametrize("make_dir", [lambda p: str(p / "nope"), lambda p: str(p), lambda p: ""])
+def test_missing_or_empty_data_dir_says_run_the_converter(tmp_path, make_dir):
+    with pytest.raises(MissingDataError, match=r"Run generate_cifar10_tfrecords.py --data-dir=.* first"):
+        Cifar10DataSet(make_dir(tmp_path), "train")
+
+
+def test_bad_subset_and_batch(small):
+    with pytest.raises(ValueError, match="Unknown subset 'test'"):
+        Cifar10DataSet(small[0], "test")
+    with pytest.raises(ValueError, match="batch_size must be positive"):
+        Cifar10DataSet(small[0], "eval").dataset(0)
