@@ -1,0 +1,52 @@
+"""Command line: ``python -m estimator.cifar10_main --data-dir DIR --job-dir DIR [flags]``.
+
+Parses and validates the flags (``estimator.hparams``), reads ``TF_CONFIG``
+(``estimator.cluster``) and hands over to ``estimator.train.run``.
+``python -m estimator.cifar10_main @FILE`` reads flags from a file.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep C++ info lines out of the log
+
+import tensorflow as tf  # noqa: E402
+
+from estimator import cluster as cluster_lib  # noqa: E402
+from estimator import hparams as hparams_lib  # noqa: E402
+from estimator import storage, train  # noqa: E402
+from estimator.cifar10 import Cifar10DataSet, MissingDataError  # noqa: E402
+
+
+def parse(argv=None):
+    """Returns ``(hparams, cluster)``; exits with status 2 and a message on bad input."""
+    parser = hparams_lib.build_parser()
+    args = parser.parse_args(argv)
+    try:
+        cluster = cluster_lib.from_environment()
+        num_train = 0
+        if cluster.task_type != "ps":  # a parameter server reads no data
+            train_data = Cifar10DataSet(args.data_dir, "train")
+            for subset in (train.VALIDATION_SUBSET, train.TEST_SUBSET):
+                Cifar10DataSet(args.data_dir, subset)
+            num_train = train_data.num_examples_per_epoch()
+        hp = hparams_lib.from_args(args, cluster, num_train, hparams_lib.visible_gpus())
+    except (ValueError, MissingDataError) as e:
+        parser.error(str(e))
+    if cluster.trial:
+        # Parallel tuning trials must never share a checkpoint directory.
+        hp = hp.replace(job_dir=storage.join(hp.job_dir, cluster.trial))
+    return hp, cluster
+
+
+def main(argv=None) -> int:
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+    hp, cluster = parse(argv)
+    if hp.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    train.run(hp, cluster)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""ResNetCifar10: the 6n+2-layer ResNets of He et al. 2016 (arXiv:1512.03385, Sec. 4.2).
+
+A 3x3 convolution with 16 filters, then three stages of n residual units on
+32x32, 16x16 and 8x8 maps with 16, 32 and 64 filters, global average pooling
+and a 10-way fully connected layer: 6n+2 weighted layers (20, 32, 44, 56, 110).
+With the default v1 units and option-A shortcuts the parameter counts match
+Table 6 of the paper (0.27M, 0.46M, 0.66M, 0.85M, 1.7M). The pre-activation
+bottleneck variant (He et al. 2016b) has 9n+2 layers (164 = 9*18+2).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from estimator import cifar10_format as fmt
+from estimator import model_base
+
+VERSIONS = ("v1", "v2", "bottleneck_v2")
+
+
+def check_depth(num_layers: int, version: str = "v1") -> int:
+    """Returns n, the residual units per stage, or raises ValueError naming the depth."""
+    if version not in VERSIONS:
+        raise ValueError("ResNet version %r is not one of %s." % (version, ", ".join(VERSIONS)))
+    per_unit = 9 if version == "bottleneck_v2" else 6
+    if num_layers < per_unit + 2 or (num_layers - 2) % per_unit:
+        examples = "29, 47, 164" if per_unit == 9 else "20, 32, 44, 56, 110"
+        raise ValueError(
+            "num_layers=%d is not %dn+2 for a %s ResNet: use one of %s ..."
+            % (num_layers, per_unit, version, examples))
+    return (num_layers - 2) // per_unit
+
+
+class ResNetCifar10(model_base.ResNet):
+    """A CIFAR-10 ResNet of ``num_layers`` = 6n+2 layers with 10 logits."""
+
+    def __init__(self, num_layers: int, is_training: bool, batch_norm_decay: float,
+                 batch_norm_epsilon: float, data_format: str = "channels_first",
+                 version: str = "v1"):
+        super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon)
+        self.n = check_depth(num_layers, version)
+        self.version = version
+        self.num_classes = fmt.NUM_CLASSES
+        if version == "bottleneck_v2":
+            self.filters = [16, 64, 128, 256]
+        else:
+            self.filters = [16, 16, 32, 64]
+        self.strides = [1, 2, 2]
+
+    def forward_pass(self, x, input_data_format="channels_last"):
+        """Logits ``[batch, 10]`` for images ``x`` with values 0..255."""
+        if input_data_format not in model_base.DATA_FORMATS:
+            raise ValueError("input_data_format %r is not one of %s."
+                             % (input_data_format, model_base.DATA_FORMATS))
+        if input_data_format != self._data_format:
+            x = tf.transpose(x, [0, 3, 1, 2] if self._nchw else [0, 2, 3, 1])
+        x = x / 128.0 - 1.0  # as the original: inputs in [-1, 1)
+
+        x = self._conv(x, 3, 16, 1, name="init_conv")
+        if self.version == "v1":
+            x = self._relu(self._batch_norm(x, name="init_bn"))
+        for stage in range(3):
+            for unit in range(self.n):
+                in_filter = self.filters[stage] if unit == 0 else self.filters[stage + 1]
+                stride = self.strides[stage] if unit == 0 else 1
+                name = "stage%d/unit%d" % (stage + 1, unit + 1)
+                out_filter = self.filters[stage + 1]
+                if self.version == "v1":
+                    x = self._residual_v1(x, 3, in_filter, out_filter, stride, name=name)
+                else:
+                    unit_fn = self._residual_v2 if self.version == "v2" else self._bottleneck_residual_v2
+                    # The first unit of the network shares the stem's activation.
+                    x = unit_fn(x, in_filter, out_filter, stride,
+                                activate_before_residual=stage == 0 and unit == 0, name=name)
+        if self.version != "v1":
+            x = self._relu(self._batch_norm(x, name="final_bn"))
+        x = self._global_avg_pool(x)
+        return self._fully_connected(x, self.num_classes)

@@ -1,0 +1,123 @@
+"""Reads ``TF_CONFIG``, the cluster description Cloud ML Engine and Vertex AI set.
+
+The services set, for every process of a job::
+
+    {"cluster": {"master": [...], "worker": [...], "ps": [...]},
+     "task": {"type": "worker", "index": 0, "trial": "3"},
+     "environment": "cloud"}
+
+(``chief`` instead of ``master`` on Vertex AI and with ``useChiefInTfConfig``;
+an ``evaluator`` task is not listed in ``cluster``.) The Estimator parses it
+again itself; validating it here first turns a malformed value into one clear
+message instead of a stack trace deep inside ``RunConfig``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+ROLES = ("chief", "master", "worker", "ps", "evaluator")
+TRAINING_ROLES = ("chief", "master", "worker")
+
+
+class ClusterConfigError(ValueError):
+    """TF_CONFIG is malformed."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """This process's place in the job (a single local process when TF_CONFIG is unset)."""
+
+    spec: dict = field(default_factory=dict)  # role -> list of "host:port"
+    task_type: str = None  # None when training locally
+    task_index: int = 0
+    trial: str = None  # hyperparameter tuning trial id, if any
+
+    @property
+    def distributed(self) -> bool:
+        return bool(self.spec)
+
+    @property
+    def num_workers(self) -> int:
+        """Processes that train: master/chief plus workers (1 locally)."""
+        if not self.spec:
+            return 1
+        return sum(len(self.spec.get(role, ())) for role in TRAINING_ROLES) or 1
+
+    @property
+    def is_chief(self) -> bool:
+        """The process that checkpoints, evaluates and writes results."""
+        if not self.spec:
+            return True
+        if self.task_type in ("chief", "master"):
+            return True
+        # Without a master or chief, worker 0 is the chief (Estimator convention).
+        has_chief = any(self.spec.get(r) for r in ("chief", "master"))
+        return self.task_type == "worker" and self.task_index == 0 and not has_chief
+
+
+def parse(text) -> Cluster:
+    """Parses a TF_CONFIG value (None or empty: local training).
+
+    Raises:
+      ClusterConfigError: naming what is wrong and what a valid value looks like.
+    """
+    if not text or not text.strip():
+        return Cluster(trial=os.environ.get("CLOUD_ML_TRIAL_ID") or None)
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        raise ClusterConfigError(
+            "TF_CONFIG is not valid JSON (%s): %r. Expected e.g. "
+            '{"cluster": {"master": ["host:2222"], "ps": ["host:2223"]}, '
+            '"task": {"type": "master", "index": 0}}.' % (e, text[:200])) from e
+    if not isinstance(config, dict):
+        raise ClusterConfigError("TF_CONFIG must be a JSON object, got %r." % (config,))
+    spec = config.get("cluster") or {}
+    task = config.get("task") or {}
+    if not isinstance(spec, dict) or not isinstance(task, dict):
+        raise ClusterConfigError("TF_CONFIG 'cluster' and 'task' must be JSON objects.")
+    for role, addresses in spec.items():
+        if role not in ROLES:
+            raise ClusterConfigError(
+                "TF_CONFIG cluster has unknown role %r: roles are %s." % (role, ", ".join(ROLES)))
+        if isinstance(addresses, dict):  # sparse form {"0": "host:port"}
+            addresses = [addresses[k] for k in sorted(addresses, key=int)]
+        if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
+            raise ClusterConfigError(
+                "TF_CONFIG cluster role %r must list \"host:port\" addresses, got %r." % (role, addresses))
+    spec = {r: list(a.values()) if isinstance(a, dict) else list(a) for r, a in spec.items()}
+    task_type = task.get("type")
+    trial = task.get("trial") or os.environ.get("CLOUD_ML_TRIAL_ID") or None
+    if not spec:
+        if task_type not in (None, "", "master", "chief", "worker") or task.get("index", 0) not in (0, "0"):
+            raise ClusterConfigError("TF_CONFIG task %r has no cluster to belong to." % (task,))
+        return Cluster(trial=str(trial) if trial else None)
+    if task_type not in ROLES:
+        raise ClusterConfigError(
+            "TF_CONFIG task type %r is not one of %s." % (task_type, ", ".join(ROLES)))
+    try:
+        index = int(task.get("index", 0))
+    except (TypeError, ValueError):
+        raise ClusterConfigError("TF_CONFIG task index %r is not an integer." % (task.get("index"),)) from None
+    if task_type == "evaluator":
+        if index != 0:
+            raise ClusterConfigError("TF_CONFIG evaluator index must be 0, got %d." % index)
+    else:
+        count = len(spec.get(task_type, ()))
+        if not 0 <= index < count:
+            raise ClusterConfigError(
+                "TF_CONFIG task %s index %d is out of range: the cluster has %d %s task(s)."
+                % (task_type, index, count, task_type))
+    if "chief" in spec and "master" in spec:
+        raise ClusterConfigError("TF_CONFIG has both 'chief' and 'master': use one.")
+    if not any(spec.get(role) for role in TRAINING_ROLES):
+        raise ClusterConfigError("TF_CONFIG cluster has no master, chief or worker to train.")
+    return Cluster(spec=spec, task_type=task_type, task_index=index,
+                   trial=str(trial) if trial else None)
+
+
+def from_environment() -> Cluster:
+    return parse(os.environ.get("TF_CONFIG"))

@@ -1,0 +1,99 @@
+"""Training and evaluation hooks: examples/sec, one line per evaluation, tuning reports."""
+
+from __future__ import annotations
+
+import time
+
+import tensorflow as tf
+
+v1 = tf.compat.v1
+
+
+class ExamplesPerSecondHook(v1.train.SessionRunHook):
+    """Logs examples/sec every N steps and keeps the steady-state rate.
+
+    The first ``warmup_steps`` are left out of the steady-state rate: they pay
+    for graph optimisation, filling the shuffle buffer and XLA compilation.
+    """
+
+    def __init__(self, examples_per_step: int, every_n_steps: int = 100, warmup_steps: int = 10):
+        self._examples_per_step = examples_per_step
+        self._every_n_steps = every_n_steps
+        self._warmup_steps = warmup_steps
+        self._steps = 0
+        self._start = None
+        self._window_start = None
+        self._last = None
+
+    def before_run(self, run_context):
+        return None
+
+    def after_run(self, run_context, run_values):
+        now = time.perf_counter()
+        self._steps += 1
+        if self._steps == self._warmup_steps:
+            self._start = self._window_start = now
+            return
+        if self._start is None:
+            return
+        self._last = now
+        since = self._steps - self._warmup_steps
+        if since % self._every_n_steps == 0:
+            rate = self._every_n_steps * self._examples_per_step / (now - self._window_start)
+            v1.logging.info("examples/sec: %.1f (steady state so far: %.1f)", rate,
+                            self.steady_state_examples_per_sec)
+            self._window_start = now
+
+    @property
+    def steady_state_examples_per_sec(self):
+        """Mean rate after warm-up, or None if training was too short to tell."""
+        if self._start is None or self._last is None or self._last <= self._start:
+            return None
+        return (self._steps - self._warmup_steps) * self._examples_per_step / (self._last - self._start)
+
+
+class _HyperTune(object):
+    """One ``hypertune.HyperTune`` per process: a new one wipes the metrics file."""
+
+    _instance = None
+
+    @classmethod
+    def report(cls, tag: str, value: float, global_step: int) -> None:
+        if cls._instance is None:
+            import hypertune
+
+            cls._instance = hypertune.HyperTune()
+        cls._instance.report_hyperparameter_tuning_metric(
+            hyperparameter_metric_tag=tag, metric_value=value, global_step=global_step)
+
+
+class EvalReporter(tf.estimator.Exporter):
+    """Runs after every evaluation of ``train_and_evaluate``: logs one line and
+    reports the tuning metric to the hyperparameter tuning service.
+
+    An ``Exporter`` is the hook ``train_and_evaluate`` offers for "after each
+    evaluation", locally, on the master and on an evaluator alike; it exports
+    nothing.
+    """
+
+    def __init__(self, subset: str, metric_tag: str = "accuracy", report_metric: bool = True):
+        self._subset = subset
+        self._metric_tag = metric_tag
+        self._report_metric = report_metric
+        self.results = []
+
+    @property
+    def name(self):
+        return "eval_report"
+
+    def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+        result = {k: (v.item() if hasattr(v, "item") else v) for k, v in eval_result.items()}
+        self.results.append(result)
+        v1.logging.info(
+            "Evaluation [%s] at step %d: accuracy %.4f, cross_entropy %.4f, loss %.4f on %d images",
+            self._subset, result["global_step"], result["accuracy"], result["cross_entropy"],
+            result["loss"], int(result["eval_examples"]))
+        if self._report_metric:
+            _HyperTune.report(self._metric_tag, float(result[self._metric_tag]),
+                              int(result["global_step"]))
+        return None

@@ -1,0 +1,288 @@
+"""The trainer's flags and the one hyperparameter object built from them.
+
+``build_parser()`` defines the flags (the original tutorial's names and
+defaults, plus a few of our own); ``from_args()`` validates them at the
+boundary and returns a frozen ``HParams``, which ``model_fn`` receives as
+``params`` and reads nothing else. Derived numbers (towers, per-tower batch,
+learning-rate boundaries) come from the small pure functions below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+from dataclasses import dataclass
+
+from estimator import cifar10_model
+from estimator import cluster as cluster_lib
+
+# He et al. 2016 divide the rate by 10 at 32k and 48k iterations of batch 128
+# on 45k images; the original tutorial expressed that in epochs (82, 123) and
+# added a last decay at epoch 300, with rates x1, x0.1, x0.01, x0.002.
+DECAY_EPOCHS = (82, 123, 300)
+DECAY_FACTORS = (1.0, 0.1, 0.01, 0.002)
+
+
+@dataclass(frozen=True)
+class HParams:
+    """Resolved hyperparameters of one run; saved as JOB_DIR/hparams.json."""
+
+    data_dir: str
+    job_dir: str
+    variable_strategy: str = "CPU"
+    num_gpus: int = 1
+    num_cpu_towers: int = 0
+    num_layers: int = 44
+    resnet_version: str = "v1"
+    train_steps: int = 80000
+    train_batch_size: int = 128
+    eval_batch_size: int = 100
+    momentum: float = 0.9
+    weight_decay: float = 2e-4
+    learning_rate: float = 0.1
+    use_distortion_for_training: bool = True
+    sync: bool = False
+    num_intra_threads: int = 0
+    num_inter_threads: int = 0
+    data_format: str = "channels_last"
+    log_device_placement: bool = False
+    batch_norm_decay: float = 0.997
+    batch_norm_epsilon: float = 1e-5
+    seed: int = None
+    deterministic: bool = False
+    save_checkpoints_steps: int = None
+    save_checkpoints_secs: int = 600
+    eval_throttle_secs: int = 60
+    keep_checkpoint_max: int = 5
+    log_every_n_steps: int = 100
+    # From the environment, not flags: the number of training processes
+    # (TF_CONFIG) and of training images (the data's manifest).
+    num_workers: int = 1
+    num_train_examples: int = 0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes) -> HParams:
+        return dataclasses.replace(self, **changes)
+
+
+# -- derived values -----------------------------------------------------------
+
+
+def tower_devices(num_gpus: int, num_cpu_towers: int):
+    """Devices that each run one tower: GPUs, else N CPU devices, else the CPU."""
+    if num_gpus > 0:
+        return ["/gpu:%d" % i for i in range(num_gpus)]
+    return ["/cpu:%d" % i for i in range(max(1, num_cpu_towers))]
+
+
+def num_towers(hp: HParams) -> int:
+    return len(tower_devices(hp.num_gpus, hp.num_cpu_towers))
+
+
+def examples_per_step(batch_size: int, num_workers: int, sync: bool) -> int:
+    """Training images behind one increment of the global step.
+
+    Synchronous replicas apply one update aggregated from every worker's batch;
+    asynchronous workers each increment the global step for their own batch.
+    """
+    return batch_size * num_workers if sync else batch_size
+
+
+def learning_rate_schedule(learning_rate: float, num_train_examples: int, batch_size: int,
+                           num_workers: int = 1, sync: bool = False):
+    """``(boundaries, values)`` of the piecewise-constant schedule, in global steps.
+
+    Computed from the real training-set size, so it decays on small data sets
+    and small batches too (the original used a hard-coded 45,000 images).
+    """
+    per_step = examples_per_step(batch_size, num_workers, sync)
+    steps_per_epoch = max(1, num_train_examples // per_step)
+    boundaries = [steps_per_epoch * epochs for epochs in DECAY_EPOCHS]
+    values = [learning_rate * factor for factor in DECAY_FACTORS]
+    return boundaries, values
+
+
+# -- flags ----------------------------------------------------------------------
+
+
+class _FlagFileParser(argparse.ArgumentParser):
+    """``@FILE`` holds flags as on a command line: several per line, # comments."""
+
+    def convert_arg_line_to_args(self, arg_line):
+        return shlex.split(arg_line, comments=True)
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError("%r is not a boolean: use true or false" % text)
+
+
+class _BoolFlag(argparse.Action):
+    """``--x``, ``--no-x`` and ``--x=false``: a real boolean.
+
+    The original parsed these with ``type=bool``, so ``--flag False`` was True;
+    here an explicit value is parsed strictly, so old command lines keep working
+    and mean what they say.
+    """
+
+    def __init__(self, option_strings, dest, default=None, help=None):
+        strings = []
+        for s in option_strings:
+            strings.append(s)
+            if s.startswith("--"):
+                strings.append("--no-" + s[2:])
+        super().__init__(strings, dest, nargs="?", default=default, help=help, metavar="BOOL")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string.startswith("--no-"):
+            if values is not None:
+                parser.error("%s takes no value" % option_string)
+            setattr(namespace, self.dest, False)
+        else:
+            try:
+                setattr(namespace, self.dest, True if values is None else _bool(values))
+            except argparse.ArgumentTypeError as e:
+                parser.error("%s: %s" % (option_string, e))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = HParams(data_dir="", job_dir="")
+    p = _FlagFileParser(
+        prog="python -m estimator.cifar10_main",
+        description="Train and evaluate a CIFAR-10 ResNet with tf.estimator.",
+        fromfile_prefix_chars="@",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data-dir", required=True,
+                   help="Directory (or gs:// path) with the TFRecords of generate_cifar10_tfrecords.py.")
+    p.add_argument("--job-dir", default=None,
+                   help="Directory (or gs:// path) for checkpoints, summaries and results. "
+                   "Defaults to $AIP_MODEL_DIR's parent on Vertex AI.")
+    p.add_argument("--variable-strategy", choices=["CPU", "GPU"], default=d.variable_strategy,
+                   help="Where variables live: CPU (a parameter-server layout) or spread over the GPUs.")
+    p.add_argument("--num-gpus", type=int, default=d.num_gpus,
+                   help="GPUs to use, one tower each; 0 trains on the CPU.")
+    p.add_argument("--num-cpu-towers", type=int, default=d.num_cpu_towers,
+                   help="With --num-gpus 0: run N towers on N CPU devices (tests the multi-GPU "
+                   "logic on machines without GPUs; no speed-up).")
+    p.add_argument("--num-layers", type=int, default=d.num_layers,
+                   help="ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...")
+    p.add_argument("--resnet-version", choices=list(cifar10_model.VERSIONS), default=d.resnet_version,
+                   help="Residual unit: v1 (post-activation), v2 (pre-activation), bottleneck_v2 (9n+2).")
+    p.add_argument("--train-steps", type=int, default=d.train_steps,
+                   help="Global steps to train to (a restarted job resumes towards it).")
+    p.add_argument("--train-batch-size", type=int, default=d.train_batch_size,
+                   help="Images per step on each worker, split over its towers.")
+    p.add_argument("--eval-batch-size", type=int, default=d.eval_batch_size,
+                   help="Images per evaluation step, split over the towers.")
+    p.add_argument("--momentum", type=float, default=d.momentum)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--learning-rate", type=float, default=d.learning_rate,
+                   help="Initial rate; decays x0.1, x0.01, x0.002 at epochs 82, 123, 300.")
+    p.add_argument("--use-distortion-for-training", action=_BoolFlag,
+                   default=d.use_distortion_for_training,
+                   help="Pad, randomly crop and flip training images.")
+    p.add_argument("--sync", action="store_true",
+                   help="Synchronous distributed training (one update from all workers).")
+    p.add_argument("--num-intra-threads", type=int, default=d.num_intra_threads,
+                   help="Threads inside one op; 0 lets TensorFlow choose.")
+    p.add_argument("--num-inter-threads", type=int, default=d.num_inter_threads,
+                   help="Ops run in parallel; 0 lets TensorFlow choose.")
+    p.add_argument("--data-format", choices=["channels_first", "channels_last"], default=None,
+                   help="Layout inside the model; default channels_first on GPUs, channels_last on CPUs.")
+    p.add_argument("--log-device-placement", action="store_true")
+    p.add_argument("--batch-norm-decay", type=float, default=d.batch_norm_decay)
+    p.add_argument("--batch-norm-epsilon", type=float, default=d.batch_norm_epsilon)
+    p.add_argument("--seed", type=int, default=None,
+                   help="Fixes initialisation, shuffling and distortion.")
+    p.add_argument("--deterministic", action="store_true",
+                   help="Deterministic ops (with --seed: identical runs on the CPU).")
+    p.add_argument("--save-checkpoints-steps", type=int, default=None,
+                   help="Checkpoint (and then evaluate) every N steps instead of every "
+                   "--save-checkpoints-secs.")
+    p.add_argument("--save-checkpoints-secs", type=int, default=d.save_checkpoints_secs)
+    p.add_argument("--eval-throttle-secs", type=int, default=d.eval_throttle_secs,
+                   help="Do not evaluate more often than this.")
+    p.add_argument("--keep-checkpoint-max", type=int, default=d.keep_checkpoint_max)
+    p.add_argument("--log-every-n-steps", type=int, default=d.log_every_n_steps,
+                   help="Log loss, learning rate, accuracy and examples/sec every N steps.")
+    return p
+
+
+def visible_gpus() -> int:
+    import tensorflow as tf
+
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def validate(args: argparse.Namespace, cluster: cluster_lib.Cluster, gpus_visible: int) -> None:
+    """Raises ValueError naming the bad flag value and the fix."""
+    def positive(name, value):
+        if value is None or value <= 0:
+            raise ValueError("--%s %s must be positive." % (name, value))
+
+    cifar10_model.check_depth(args.num_layers, args.resnet_version)
+    for name in ("train_steps", "train_batch_size", "eval_batch_size", "learning_rate",
+                 "batch_norm_epsilon", "log_every_n_steps", "keep_checkpoint_max"):
+        positive(name.replace("_", "-"), getattr(args, name))
+    if args.save_checkpoints_steps is not None:
+        positive("save-checkpoints-steps", args.save_checkpoints_steps)
+    if not 0 <= args.momentum < 1:
+        raise ValueError("--momentum %s must be in [0, 1)." % args.momentum)
+    if args.weight_decay < 0:
+        raise ValueError("--weight-decay %s must not be negative." % args.weight_decay)
+    if not 0 < args.batch_norm_decay < 1:
+        raise ValueError("--batch-norm-decay %s must be in (0, 1), e.g. 0.997." % args.batch_norm_decay)
+    for name in ("num_gpus", "num_cpu_towers", "num_intra_threads", "num_inter_threads"):
+        if getattr(args, name) < 0:
+            raise ValueError("--%s %d must not be negative." % (name.replace("_", "-"), getattr(args, name)))
+    if args.num_gpus > 0 and args.num_cpu_towers > 0:
+        raise ValueError("--num-cpu-towers %d is for CPU training: use it with --num-gpus 0."
+                         % args.num_cpu_towers)
+    if args.num_gpus > gpus_visible and cluster.task_type != "ps":
+        raise ValueError(
+            "--num-gpus %d but %d GPU(s) are visible: pass --num-gpus %d (0 trains on the CPU)."
+            % (args.num_gpus, gpus_visible, gpus_visible))
+    if args.variable_strategy == "GPU" and args.num_gpus == 0:
+        raise ValueError("--variable-strategy GPU needs --num-gpus > 0: use --variable-strategy CPU.")
+    towers = len(tower_devices(args.num_gpus, args.num_cpu_towers))
+    for name in ("train_batch_size", "eval_batch_size"):
+        value = getattr(args, name)
+        if value % towers:
+            raise ValueError(
+                "--%s %d is not divisible by the %d towers: use a multiple of %d, e.g. %d."
+                % (name.replace("_", "-"), value, towers, towers, (value // towers + 1) * towers))
+    if args.deterministic and args.seed is None:
+        raise ValueError("--deterministic needs --seed N, so that runs can repeat.")
+    if args.sync and not cluster.distributed:
+        raise ValueError("--sync synchronises workers of a distributed job; "
+                         "this is a single local process (no TF_CONFIG cluster): drop --sync.")
+
+
+def resolve_job_dir(job_dir):
+    """--job-dir, else Vertex AI's AIP_MODEL_DIR parent (checkpoints live beside the model)."""
+    if job_dir:
+        return job_dir
+    for var in ("AIP_CHECKPOINT_DIR", "AIP_MODEL_DIR"):
+        if os.environ.get(var):
+            return os.environ[var].rstrip("/")
+    raise ValueError("--job-dir is required (or AIP_MODEL_DIR / AIP_CHECKPOINT_DIR on Vertex AI).")
+
+
+def from_args(args: argparse.Namespace, cluster: cluster_lib.Cluster, num_train_examples: int,
+              gpus_visible: int) -> HParams:
+    """Validates parsed flags and returns the frozen hyperparameters."""
+    validate(args, cluster, gpus_visible)
+    data_format = args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last")
+    fields = {f.name for f in dataclasses.fields(HParams)}
+    values = {k: v for k, v in vars(args).items() if k in fields}
+    values.update(job_dir=resolve_job_dir(args.job_dir), data_format=data_format,
+                  num_workers=cluster.num_workers, num_train_examples=num_train_examples)
+    return HParams(**values)

@@ -1,0 +1,198 @@
+"""Building blocks of the CIFAR-10 ResNets (He et al. 2016, arXiv:1512.03385 and 1603.05027).
+
+Graph-mode ``tf.compat.v1`` code, meant to run inside an Estimator ``model_fn``:
+variables come from ``tf.compat.v1.get_variable`` so that towers share them
+through ``variable_scope(reuse=...)`` and device setters can place them.
+Batch-norm moving-average updates go to ``tf.compat.v1.GraphKeys.UPDATE_OPS``.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+v1 = tf.compat.v1
+
+DATA_FORMATS = ("channels_first", "channels_last")
+
+
+class ResNet(object):
+    """Layers and residual units shared by ResNet variants."""
+
+    def __init__(self, is_training: bool, data_format: str, batch_norm_decay: float,
+                 batch_norm_epsilon: float):
+        """
+        Args:
+          is_training: batch norm uses batch statistics and records moving averages.
+          data_format: ``channels_first`` (NCHW, fastest on GPUs) or ``channels_last``
+            (NHWC, 3.5x faster on this CPU: ../shared/TF215-NOTES.md).
+          batch_norm_decay: decay of the moving mean and variance.
+          batch_norm_epsilon: added to the variance to avoid dividing by zero.
+        """
+        if data_format not in DATA_FORMATS:
+            raise ValueError("data_format %r is not one of %s." % (data_format, DATA_FORMATS))
+        self._is_training = is_training
+        self._data_format = data_format
+        self._batch_norm_decay = batch_norm_decay
+        self._batch_norm_epsilon = batch_norm_epsilon
+
+    def forward_pass(self, x, input_data_format="channels_last"):
+        raise NotImplementedError("forward_pass() is implemented in ResNet subclasses")
+
+    @property
+    def _nchw(self) -> bool:
+        return self._data_format == "channels_first"
+
+    @property
+    def _channel_axis(self) -> int:
+        return 1 if self._nchw else 3
+
+    def _strides(self, stride: int):
+        return [1, 1, stride, stride] if self._nchw else [1, stride, stride, 1]
+
+    # -- layers -------------------------------------------------------------
+
+    def _conv(self, x, kernel_size: int, filters: int, strides: int, name: str = "conv"):
+        """Convolution without bias (batch norm follows), He-normal initialised."""
+        in_filters = int(x.shape[self._channel_axis])
+        padding = "SAME"
+        if strides > 1:
+            # Pad explicitly so the result does not depend on the input's size parity
+            # (as the original tutorial and the Model Garden ResNets do).
+            pad = kernel_size - 1
+            begin, end = pad // 2, pad - pad // 2
+            pads = [[0, 0], [0, 0], [begin, end], [begin, end]] if self._nchw else \
+                [[0, 0], [begin, end], [begin, end], [0, 0]]
+            x = tf.pad(x, pads)
+            padding = "VALID"
+        with v1.variable_scope(name):
+            kernel = v1.get_variable(
+                "kernel", [kernel_size, kernel_size, in_filters, filters],
+                # He et al. 2015 (arXiv:1502.01852), the init the ResNet papers use.
+                initializer=v1.variance_scaling_initializer(scale=2.0, mode="fan_in",
+                                                             distribution="truncated_normal"))
+        return tf.nn.conv2d(x, kernel, self._strides(strides), padding,
+                            data_format="NCHW" if self._nchw else "NHWC")
+
+    def _batch_norm(self, x, name: str = "bn"):
+        channels = int(x.shape[self._channel_axis])
+        with v1.variable_scope(name):
+            gamma = v1.get_variable("gamma", [channels], initializer=v1.ones_initializer())
+            beta = v1.get_variable("beta", [channels], initializer=v1.zeros_initializer())
+            stat_collections = [v1.GraphKeys.GLOBAL_VARIABLES, v1.GraphKeys.MOVING_AVERAGE_VARIABLES]
+            moving_mean = v1.get_variable("moving_mean", [channels], trainable=False,
+                                          initializer=v1.zeros_initializer(),
+                                          collections=stat_collections)
+            moving_variance = v1.get_variable("moving_variance", [channels], trainable=False,
+                                              initializer=v1.ones_initializer(),
+                                              collections=stat_collections)
+        data_format = "NCHW" if self._nchw else "NHWC"
+        if not self._is_training:
+            y, _, _ = v1.nn.fused_batch_norm(x, gamma, beta, mean=moving_mean,
+                                             variance=moving_variance,
+                                             epsilon=self._batch_norm_epsilon,
+                                             data_format=data_format, is_training=False)
+            return y
+        y, mean, variance = v1.nn.fused_batch_norm(x, gamma, beta, epsilon=self._batch_norm_epsilon,
+                                                   data_format=data_format, is_training=True)
+        rate = 1.0 - self._batch_norm_decay
+        for var, value in ((moving_mean, mean), (moving_variance, variance)):
+            v1.add_to_collection(v1.GraphKeys.UPDATE_OPS,
+                                 v1.assign_sub(var, (var - value) * rate))
+        return y
+
+    def _relu(self, x):
+        return tf.nn.relu(x)
+
+    def _fully_connected(self, x, out_dim: int, name: str = "fc"):
+        with v1.variable_scope(name):
+            # Small weights make the initial logits nearly equal, so the loss
+            # starts at ln(10) = 2.303 (Karpathy, "A recipe for training
+            # neural networks": verify the loss at init).
+            w = v1.get_variable("kernel", [int(x.shape[-1]), out_dim],
+                                initializer=v1.random_normal_initializer(stddev=0.01))
+            b = v1.get_variable("bias", [out_dim], initializer=v1.zeros_initializer())
+        return tf.matmul(x, w) + b
+
+    def _avg_pool(self, x, pool_size: int, stride: int):
+        """Average pooling, VALID padding.
+
+        Non-overlapping windows (``pool_size == stride``, the only kind the
+        shortcuts use) are a reshape and a mean. TensorFlow 2.15's oneDNN
+        AvgPool gave wrong values now and then here when its input came from
+        the preceding residual unit (measured: off by up to 2.7 in about one
+        run in three, either data format), and the reshape is exact.
+        """
+        if pool_size != stride:
+            return tf.nn.avg_pool2d(x, pool_size, stride, "VALID",
+                                    data_format="NCHW" if self._nchw else "NHWC")
+        if self._nchw:
+            _, c, h, w = x.shape.as_list()
+            x = tf.reshape(x[:, :, : h - h % stride, : w - w % stride],
+                           [-1, c, h // stride, stride, w // stride, stride])
+        else:
+            _, h, w, c = x.shape.as_list()
+            x = tf.reshape(x[:, : h - h % stride, : w - w % stride, :],
+                           [-1, h // stride, stride, w // stride, stride, c])
+        return tf.reduce_mean(x, axis=[3, 5] if self._nchw else [2, 4])
+
+    def _global_avg_pool(self, x):
+        return tf.reduce_mean(x, axis=[2, 3] if self._nchw else [1, 2])
+
+    def _pad_channels(self, x, in_filter: int, out_filter: int):
+        pad = (out_filter - in_filter) // 2
+        pads = [[0, 0], [pad, pad], [0, 0], [0, 0]] if self._nchw else \
+            [[0, 0], [0, 0], [0, 0], [pad, pad]]
+        return tf.pad(x, pads)
+
+    # -- residual units -----------------------------------------------------
+
+    def _residual_v1(self, x, kernel_size, in_filter, out_filter, stride, name="residual_v1"):
+        """Post-activation unit of He et al. 2016a, with the parameter-free option-A
+        shortcut (average-pool, then zero-pad the new channels) used for CIFAR-10."""
+        with v1.variable_scope(name):
+            shortcut = x
+            x = self._conv(x, kernel_size, out_filter, stride, name="conv1")
+            x = self._relu(self._batch_norm(x, name="bn1"))
+            x = self._conv(x, kernel_size, out_filter, 1, name="conv2")
+            x = self._batch_norm(x, name="bn2")
+            if in_filter != out_filter:
+                shortcut = self._pad_channels(self._avg_pool(shortcut, stride, stride),
+                                              in_filter, out_filter)
+            return self._relu(x + shortcut)
+
+    def _residual_v2(self, x, in_filter, out_filter, stride, activate_before_residual=False,
+                     name="residual_v2"):
+        """Pre-activation unit of He et al. 2016b (arXiv:1603.05027)."""
+        with v1.variable_scope(name):
+            if activate_before_residual:
+                x = self._relu(self._batch_norm(x, name="bn1"))
+                shortcut = x
+            else:
+                shortcut = x
+                x = self._relu(self._batch_norm(x, name="bn1"))
+            x = self._conv(x, 3, out_filter, stride, name="conv1")
+            x = self._relu(self._batch_norm(x, name="bn2"))
+            x = self._conv(x, 3, out_filter, 1, name="conv2")
+            if in_filter != out_filter:
+                shortcut = self._pad_channels(self._avg_pool(shortcut, stride, stride),
+                                              in_filter, out_filter)
+            return x + shortcut
+
+    def _bottleneck_residual_v2(self, x, in_filter, out_filter, stride,
+                                activate_before_residual=False, name="bottleneck_v2"):
+        """Pre-activation bottleneck unit (1x1, 3x3, 1x1) with a projection shortcut."""
+        with v1.variable_scope(name):
+            if activate_before_residual:
+                x = self._relu(self._batch_norm(x, name="bn1"))
+                shortcut = x
+            else:
+                shortcut = x
+                x = self._relu(self._batch_norm(x, name="bn1"))
+            x = self._conv(x, 1, out_filter // 4, 1, name="conv1")
+            x = self._relu(self._batch_norm(x, name="bn2"))
+            x = self._conv(x, 3, out_filter // 4, stride, name="conv2")
+            x = self._relu(self._batch_norm(x, name="bn3"))
+            x = self._conv(x, 1, out_filter, 1, name="conv3")
+            if in_filter != out_filter or stride != 1:
+                shortcut = self._conv(shortcut, 1, out_filter, stride, name="projection")
+            return x + shortcut

@@ -1,0 +1,184 @@
+"""The Estimator ``model_fn``: one tower per device, gradients consolidated per variable.
+
+Reading guide (the original's version was known as "here lives a dragon"):
+
+1. ``split_batch`` cuts the global batch into one shard per tower.
+2. ``tower_fn`` builds the ResNet on one shard and returns its logits, loss
+   and gradients. Towers share variables (``variable_scope(reuse=...)``).
+3. ``average_gradients`` averages each variable's gradients over the towers on
+   the variable's own device, so only one tensor per variable crosses devices.
+4. ``model_fn`` adds the learning-rate schedule, the momentum optimizer (wrapped
+   in ``SyncReplicasOptimizer`` for ``--sync``), batch-norm updates from the
+   first tower, metrics, summaries and logging.
+
+Labels of -1 mark padding in the last evaluation batch: they get zero weight.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+import tensorflow as tf
+
+from estimator import cifar10_format as fmt
+from estimator import devices
+from estimator import hparams as hparams_lib
+from estimator.cifar10_model import ResNetCifar10
+
+v1 = tf.compat.v1
+
+TowerOutput = collections.namedtuple("TowerOutput", "logits loss cross_entropy grads_and_vars")
+
+
+def split_batch(tensor, num_shards: int):
+    """Splits along the batch axis into ``num_shards`` parts that differ by at most one."""
+    if num_shards == 1:
+        return [tensor]
+    size = tf.shape(tensor)[0]
+    base, extra = size // num_shards, size % num_shards
+    sizes = [base + tf.cast(i < extra, tf.int32) for i in range(num_shards)]
+    return tf.split(tensor, tf.stack(sizes), axis=0, num=num_shards)
+
+
+def example_weights(labels):
+    """1 for real images, 0 for padding (label -1)."""
+    return tf.cast(tf.not_equal(labels, fmt.PAD_LABEL), tf.float32)
+
+
+def per_example_cross_entropy(logits, labels):
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(labels, 0), logits=logits)
+
+
+def tower_fn(model, images, labels, weight_decay: float, compute_gradients: bool = True):
+    """Builds one tower.
+
+    Args:
+      model: a ``ResNetCifar10``.
+      images: ``[b, 32, 32, 3]`` float32, values 0..255, NHWC.
+      labels: ``[b]`` int32, or None (PREDICT).
+      weight_decay: L2 factor over all trainable variables (as the original).
+      compute_gradients: also build the gradients of the loss.
+
+    Returns:
+      A ``TowerOutput``; its loss fields and gradients are None without labels.
+    """
+    logits = model.forward_pass(images, input_data_format="channels_last")
+    if labels is None:
+        return TowerOutput(logits, None, None, None)
+    weights = example_weights(labels)
+    cross_entropy = tf.math.divide_no_nan(
+        tf.reduce_sum(per_example_cross_entropy(logits, labels) * weights), tf.reduce_sum(weights))
+    params = v1.trainable_variables()
+    loss = cross_entropy + weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in params])
+    grads_and_vars = None
+    if compute_gradients:
+        grads_and_vars = list(zip(tf.gradients(loss, params), params))
+    return TowerOutput(logits, loss, cross_entropy, grads_and_vars)
+
+
+def average_gradients(tower_grads_and_vars):
+    """Averages each variable's gradients over the towers, on the variable's device."""
+    grads_by_var = collections.OrderedDict()
+    for grad, var in itertools.chain(*tower_grads_and_vars):
+        if grad is not None:
+            grads_by_var.setdefault(var, []).append(grad)
+    averaged = []
+    with tf.name_scope("gradient_averaging"):
+        for var, grads in grads_by_var.items():
+            with v1.device(var.device):
+                grad = grads[0] if len(grads) == 1 else tf.multiply(tf.add_n(grads), 1.0 / len(grads))
+            averaged.append((grad, var))
+    return averaged
+
+
+def _sum_metric(values, name):
+    """A streaming sum, e.g. how many images an evaluation covered."""
+    with v1.variable_scope(name):
+        total = v1.get_variable("total", [], tf.float32, initializer=v1.zeros_initializer(),
+                                trainable=False,
+                                collections=[v1.GraphKeys.LOCAL_VARIABLES, v1.GraphKeys.METRIC_VARIABLES])
+    return tf.identity(total), v1.assign_add(total, tf.reduce_sum(values))
+
+
+def build_towers(hp: hparams_lib.HParams, images, labels, mode):
+    """Runs ``tower_fn`` on each device; returns (tower outputs, first tower's update ops)."""
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
+    tower_list = hparams_lib.tower_devices(hp.num_gpus, hp.num_cpu_towers)
+    image_shards = split_batch(images, len(tower_list))
+    label_shards = split_batch(labels, len(tower_list)) if labels is not None else [None] * len(tower_list)
+    params_device = devices.parameter_devices(hp.variable_strategy, tower_list)
+    outputs, update_ops = [], []
+    for i, device in enumerate(tower_list):
+        with tf.name_scope("tower_%d" % i) as scope, \
+                v1.variable_scope("resnet", reuse=bool(i)), \
+                v1.device(devices.device_setter(device, params_device)):
+            model = ResNetCifar10(hp.num_layers, is_training=is_training,
+                                  batch_norm_decay=hp.batch_norm_decay,
+                                  batch_norm_epsilon=hp.batch_norm_epsilon,
+                                  data_format=hp.data_format, version=hp.resnet_version)
+            outputs.append(tower_fn(model, image_shards[i], label_shards[i], hp.weight_decay,
+                                    compute_gradients=is_training))
+            if i == 0:
+                # Moving averages from the first tower only, as the original: they
+                # estimate the same statistics, and one update per step is cheaper.
+                update_ops = v1.get_collection(v1.GraphKeys.UPDATE_OPS, scope)
+    return outputs, update_ops
+
+
+def model_fn(features, labels, mode, params, config=None):
+    """The Estimator model function; ``params`` is an ``HParams``."""
+    hp = params
+    outputs, update_ops = build_towers(hp, features, labels, mode)
+    with v1.device(devices.consolidation_device(hp.variable_strategy)):
+        logits = tf.concat([o.logits for o in outputs], axis=0)
+        predictions = {
+            "classes": tf.argmax(logits, axis=1, output_type=tf.int32),
+            "probabilities": tf.nn.softmax(logits, name="softmax_tensor"),
+        }
+        if mode == tf.estimator.ModeKeys.PREDICT:
+            return tf.estimator.EstimatorSpec(mode, predictions=predictions)
+
+        loss = tf.reduce_mean([o.loss for o in outputs], name="loss")
+        weights = example_weights(labels)
+        correct = tf.cast(tf.equal(predictions["classes"], labels), tf.float32)
+        if mode == tf.estimator.ModeKeys.EVAL:
+            metrics = {
+                "accuracy": v1.metrics.accuracy(tf.maximum(labels, 0), predictions["classes"],
+                                                weights=weights),
+                # Exact over the images; the Estimator's "loss" averages batch losses.
+                "cross_entropy": v1.metrics.mean(per_example_cross_entropy(logits, labels),
+                                                 weights=weights),
+                "eval_examples": _sum_metric(weights, "eval_examples"),
+            }
+            return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions,
+                                              eval_metric_ops=metrics)
+
+        train_accuracy = tf.reduce_mean(correct, name="train_accuracy")
+        cross_entropy = tf.reduce_mean([o.cross_entropy for o in outputs], name="cross_entropy")
+        gradvars = average_gradients([o.grads_and_vars for o in outputs])
+        global_step = v1.train.get_or_create_global_step()
+        boundaries, values = hparams_lib.learning_rate_schedule(
+            hp.learning_rate, hp.num_train_examples, hp.train_batch_size, hp.num_workers, hp.sync)
+        learning_rate = tf.identity(
+            v1.train.piecewise_constant(global_step, [tf.constant(b, tf.int64) for b in boundaries],
+                                        values),
+            name="learning_rate")
+        optimizer = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum)
+        hooks = [v1.train.LoggingTensorHook(
+            {"learning_rate": learning_rate, "loss": loss, "cross_entropy": cross_entropy,
+             "train_accuracy": train_accuracy, "step": global_step},
+            every_n_iter=hp.log_every_n_steps)]
+        if hp.sync:
+            optimizer = v1.train.SyncReplicasOptimizer(
+                optimizer, replicas_to_aggregate=hp.num_workers, total_num_replicas=hp.num_workers)
+            hooks.append(optimizer.make_session_run_hook(config.is_chief if config else True))
+        minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
+        train_op = tf.group(minimize, *update_ops)
+
+        v1.summary.scalar("learning_rate", learning_rate)
+        v1.summary.scalar("train_accuracy", train_accuracy)
+        v1.summary.scalar("cross_entropy", cross_entropy)
+        v1.summary.image("images", tf.cast(features[:3], tf.uint8), max_outputs=3)
+        return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, train_op=train_op,
+                                          training_hooks=hooks)

@@ -1,0 +1,147 @@
+"""Runs one training job: ``tf.estimator.train_and_evaluate`` plus the job's own records.
+
+At start the resolved hyperparameters go to ``JOB_DIR/hparams.json``; the
+periodic evaluations of ``train_and_evaluate`` use the validation split (what
+a tuning study may look at); at the end the chief evaluates the held-out test
+split once and writes ``JOB_DIR/results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import tensorflow as tf
+
+import estimator
+from estimator import cluster as cluster_lib
+from estimator import hooks, storage
+from estimator import hparams as hparams_lib
+from estimator.cifar10 import Cifar10DataSet
+from estimator.model_fn import model_fn
+
+v1 = tf.compat.v1
+
+# The split the tuning metric and periodic evaluations use, and the final one.
+VALIDATION_SUBSET = "validation"
+TEST_SUBSET = "eval"
+
+
+def input_fn(hp: hparams_lib.HParams, subset: str, seed=None):
+    """An Estimator ``input_fn`` over one subset, built on the CPU."""
+    training = subset == "train"
+    batch_size = hp.train_batch_size if training else hp.eval_batch_size
+
+    def fn():
+        with tf.device("/cpu:0"):
+            data = Cifar10DataSet(hp.data_dir, subset, use_distortion=training and hp.use_distortion_for_training,
+                                  seed=seed)
+            return data.make_batch(batch_size)
+
+    return fn
+
+
+def session_config(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
+    config = v1.ConfigProto(
+        allow_soft_placement=True,
+        log_device_placement=hp.log_device_placement,
+        intra_op_parallelism_threads=hp.num_intra_threads,
+        inter_op_parallelism_threads=hp.num_inter_threads,
+        gpu_options=v1.GPUOptions(force_gpu_compatible=True))
+    if hp.num_gpus == 0 and hp.num_cpu_towers > 1:
+        config.device_count["CPU"] = hp.num_cpu_towers
+    if cluster.distributed and cluster.task_type in cluster_lib.TRAINING_ROLES:
+        # A session_config of our own replaces the Estimator's, which would have
+        # set these: without them the chief waits for every other worker
+        # ("CreateSession still waiting") and can hang.
+        config.device_filters.extend(["/job:ps", "/job:%s/task:%d" % (cluster.task_type, cluster.task_index)])
+    return config
+
+
+def run_config(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster) -> tf.estimator.RunConfig:
+    steps = hp.save_checkpoints_steps
+    return tf.estimator.RunConfig(
+        model_dir=hp.job_dir,
+        session_config=session_config(hp, cluster),
+        tf_random_seed=hp.seed,
+        save_checkpoints_steps=steps,
+        save_checkpoints_secs=None if steps else hp.save_checkpoints_secs,
+        keep_checkpoint_max=hp.keep_checkpoint_max,
+        log_step_count_steps=hp.log_every_n_steps,
+        save_summary_steps=min(100, hp.log_every_n_steps))
+
+
+def describe(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster) -> dict:
+    """What hparams.json records: the hyperparameters and the settings derived from them."""
+    towers = hparams_lib.tower_devices(hp.num_gpus, hp.num_cpu_towers)
+    boundaries, values = hparams_lib.learning_rate_schedule(
+        hp.learning_rate, hp.num_train_examples, hp.train_batch_size, hp.num_workers, hp.sync)
+    return {
+        "hparams": hp.to_dict(),
+        "derived": {
+            "towers": towers,
+            "per_tower_batch_size": hp.train_batch_size // len(towers),
+            "learning_rate_boundaries": boundaries,
+            "learning_rate_values": values,
+        },
+        "cluster": {"task_type": cluster.task_type, "task_index": cluster.task_index,
+                    "num_workers": cluster.num_workers, "trial": cluster.trial},
+        "package_version": estimator.__version__,
+        "tensorflow_version": tf.__version__,
+    }
+
+
+def _training_rank(cluster: cluster_lib.Cluster) -> int:
+    """0 for the chief, 1.. for workers: gives each worker its own data order."""
+    if cluster.task_type == "worker":
+        return cluster.task_index + (1 if any(cluster.spec.get(r) for r in ("master", "chief")) else 0)
+    return 0
+
+
+def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
+    """Trains and evaluates; returns the results dict on the chief, else None."""
+    description = describe(hp, cluster)
+    v1.logging.info("Resolved hyperparameters: %s", json.dumps(description, sort_keys=True))
+    v1.logging.info("%d tower(s) on %s, %d images per tower per step",
+                    len(description["derived"]["towers"]), ", ".join(description["derived"]["towers"]),
+                    description["derived"]["per_tower_batch_size"])
+    if cluster.is_chief and cluster.task_type != "evaluator":
+        storage.write_text(storage.join(hp.job_dir, "hparams.json"),
+                           json.dumps(description, indent=2, sort_keys=True) + "\n")
+
+    estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=run_config(hp, cluster), params=hp)
+    speed = hooks.ExamplesPerSecondHook(hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
+    reporter = hooks.EvalReporter(VALIDATION_SUBSET)
+    train_seed = None if hp.seed is None else hp.seed + _training_rank(cluster)
+    train_spec = tf.estimator.TrainSpec(input_fn(hp, "train", seed=train_seed),
+                                        max_steps=hp.train_steps, hooks=[speed])
+    eval_spec = tf.estimator.EvalSpec(input_fn(hp, VALIDATION_SUBSET), steps=None,
+                                      name=VALIDATION_SUBSET, exporters=[reporter],
+                                      start_delay_secs=0, throttle_secs=hp.eval_throttle_secs)
+    start = time.perf_counter()
+    tf.estimator.train_and_evaluate(estimator_, train_spec, eval_spec)
+    train_seconds = time.perf_counter() - start
+    if not cluster.is_chief or cluster.task_type == "evaluator":
+        return None
+
+    test = estimator_.evaluate(input_fn(hp, TEST_SUBSET), name="test")
+    validation = reporter.results[-1] if reporter.results else estimator_.evaluate(
+        input_fn(hp, VALIDATION_SUBSET), name=VALIDATION_SUBSET)
+    rate = speed.steady_state_examples_per_sec
+    results = {
+        "global_step": int(test["global_step"]),
+        "accuracy": float(test["accuracy"]),
+        "loss": float(test["loss"]),
+        "cross_entropy": float(test["cross_entropy"]),
+        "eval_examples": int(test["eval_examples"]),
+        "validation_accuracy": float(validation["accuracy"]),
+        "validation_loss": float(validation["loss"]),
+        "validation_examples": int(validation["eval_examples"]),
+        "examples_per_sec": None if rate is None else round(rate, 1),
+        "train_seconds": round(train_seconds, 2),
+    }
+    v1.logging.info("Final test evaluation at step %d: accuracy %.4f, loss %.4f on %d images",
+                    results["global_step"], results["accuracy"], results["loss"], results["eval_examples"])
+    storage.write_text(storage.join(hp.job_dir, "results.json"),
+                       json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return results

@@ -1,0 +1,146 @@
+"""Trainer flags, their validation, flag files and TF_CONFIG."""
+
+import json
+
+import pytest
+
+from estimator import cifar10_main
+from estimator import cluster as cluster_lib
+from estimator import hparams as hparams_lib
+
+
+def parse_ok(mini_records, tmp_path, *flags, monkeypatch=None):
+    return cifar10_main.parse(["--data-dir", mini_records, "--job-dir", str(tmp_path / "job"),
+                               "--num-gpus", "0"] + list(flags))
+
+
+def parse_error(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        cifar10_main.parse(argv)
+    assert e.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_defaults_are_the_originals(mini_records, tmp_path):
+    hp, cluster = parse_ok(mini_records, tmp_path)
+    assert (hp.num_layers, hp.train_steps, hp.train_batch_size, hp.eval_batch_size) == (44, 80000, 128, 100)
+    assert (hp.momentum, hp.weight_decay, hp.learning_rate) == (0.9, 2e-4, 0.1)
+    assert (hp.batch_norm_decay, hp.batch_norm_epsilon) == (0.997, 1e-5)
+    assert hp.variable_strategy == "CPU" and hp.use_distortion_for_training is True
+    assert hp.data_format == "channels_last"  # CPU default
+    assert hp.num_train_examples == 4068 and hp.num_workers == 1 and not cluster.distributed
+
+
+@pytest.mark.parametrize("flags,value", [
+    ([], True), (["--use-distortion-for-training"], True),
+    (["--use-distortion-for-training", "False"], False),  # the original's type=bool made this True
+    (["--use-distortion-for-training=false"], False), (["--no-use-distortion-for-training"], False),
+    (["--use-distortion-for-training", "yes"], True)])
+def test_distortion_flag_is_a_real_boolean(mini_records, tmp_path, flags, value):
+    assert parse_ok(mini_records, tmp_path, *flags)[0].use_distortion_for_training is value
+
+
+def test_flags_file(mini_records, tmp_path):
+    flagfile = tmp_path / "flags.txt"
+    flagfile.write_text("# a tuning baseline\n--num-layers 20 --learning-rate 0.05\n"
+                        "--data-dir %s\n--num-gpus=0\n" % mini_records)
+    hp, _ = cifar10_main.parse(["@%s" % flagfile, "--job-dir", str(tmp_path / "j"), "--num-layers", "32"])
+    assert (hp.num_layers, hp.learning_rate) == (32, 0.05)  # later flags win
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--num-layers", "45"], "num_layers=45 is not 6n\\+2"),
+    (["--num-cpu-towers", "3"], "--train-batch-size 128 is not divisible by the 3 towers: use a multiple of 3"),
+    (["--num-cpu-towers", "2", "--eval-batch-size", "99"], "--eval-batch-size 99 is not divisible"),
+    (["--num-gpus", "2"], "--num-gpus 2 but 0 GPU\\(s\\) are visible: pass --num-gpus 0"),
+    (["--learning-rate", "0"], "--learning-rate 0.0 must be positive"),
+    (["--momentum", "1.5"], "--momentum 1.5 must be in"),
+    (["--batch-norm-decay", "1"], "--batch-norm-decay 1.0 must be in"),
+    (["--deterministic"], "--deterministic needs --seed"),
+    (["--sync"], "drop --sync"),
+    (["--use-distortion-for-training", "maybe"], "'maybe' is not a boolean"),
+    (["--data-format", "NCHW"], "invalid choice: 'NCHW'"),
+])
+def test_bad_flags_name_the_value_and_the_fix(mini_records, tmp_path, capsys, flags, message):
+    import re
+
+    err = parse_error(capsys, ["--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0"] + flags)
+    assert re.search(message, err), err
+
+
+def test_gpu_flags_are_checked_against_visible_gpus(mini_records, tmp_path, capsys):
+    # The default --num-gpus 1 (the original's) fails clearly on a machine without GPUs.
+    err = parse_error(capsys, ["--data-dir", mini_records, "--job-dir", str(tmp_path)])
+    assert "--num-gpus 1 but 0 GPU(s) are visible: pass --num-gpus 0" in err
+
+
+def test_missing_data_says_run_the_converter(tmp_path, capsys):
+    err = parse_error(capsys, ["--data-dir", str(tmp_path / "none"), "--job-dir", str(tmp_path), "--num-gpus", "0"])
+    assert "Run generate_cifar10_tfrecords.py --data-dir=%s first" % (tmp_path / "none") in err
+
+
+def test_job_dir_from_vertex_ai_environment(mini_records, tmp_path, monkeypatch, capsys):
+    argv = ["--data-dir", mini_records, "--num-gpus", "0"]
+    monkeypatch.delenv("AIP_MODEL_DIR", raising=False)
+    monkeypatch.delenv("AIP_CHECKPOINT_DIR", raising=False)
+    assert "--job-dir is required" in parse_error(capsys, argv)
+    monkeypatch.setenv("AIP_MODEL_DIR", "gs://b/model/")
+    assert cifar10_main.parse(argv)[0].job_dir == "gs://b/model"
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", "gs://b/checkpoints")
+    assert cifar10_main.parse(argv)[0].job_dir == "gs://b/checkpoints"
+
+
+def test_tuning_trial_gets_its_own_job_dir(mini_records, tmp_path, monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"task": {"type": "master", "index": 0, "trial": "7"}}))
+    hp, cluster = parse_ok(mini_records, tmp_path)
+    assert cluster.trial == "7" and hp.job_dir == str(tmp_path / "job" / "7")
+    monkeypatch.delenv("TF_CONFIG")
+    monkeypatch.setenv("CLOUD_ML_TRIAL_ID", "3")
+    assert parse_ok(mini_records, tmp_path)[0].job_dir == str(tmp_path / "job" / "3")
+
+
+CLUSTER = {"master": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"], "ps": ["127.0.0.1:4"]}
+
+
+@pytest.mark.parametrize("task,chief,workers", [
+    ({"type": "master", "index": 0}, True, 3),
+    ({"type": "worker", "index": 1}, False, 3),
+    ({"type": "ps", "index": 0}, False, 3),
+    ({"type": "evaluator", "index": 0}, False, 3),
+])
+def test_tf_config_roles(task, chief, workers):
+    c = cluster_lib.parse(json.dumps({"cluster": CLUSTER, "task": task, "environment": "cloud"}))
+    assert (c.is_chief, c.num_workers, c.distributed, c.task_type) == (chief, workers, True, task["type"])
+
+
+def test_worker_zero_is_chief_without_master():
+    c = cluster_lib.parse(json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}))
+    assert c.is_chief and c.num_workers == 2
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{not json", "TF_CONFIG is not valid JSON"),
+    (json.dumps({"cluster": {"boss": ["a:1"]}, "task": {"type": "boss", "index": 0}}), "unknown role 'boss'"),
+    (json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 2}}),
+     "task worker index 2 is out of range: the cluster has 2 worker"),
+    (json.dumps({"cluster": CLUSTER, "task": {"type": "manager", "index": 0}}), "task type 'manager'"),
+    (json.dumps({"cluster": {"master": ["nohostport"]}, "task": {"type": "master"}}), "host:port"),
+    (json.dumps({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}}), "no master, chief or worker"),
+    (json.dumps([1, 2]), "must be a JSON object"),
+])
+def test_malformed_tf_config(text, message):
+    with pytest.raises(cluster_lib.ClusterConfigError, match=message):
+        cluster_lib.parse(text)
+
+
+def test_malformed_tf_config_is_a_clean_cli_error(mini_records, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TF_CONFIG", "{bad")
+    err = parse_error(capsys, ["--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0"])
+    assert "TF_CONFIG is not valid JSON" in err and "Traceback" not in err
+
+
+def test_hparams_is_frozen():
+    hp = hparams_lib.HParams(data_dir="d", job_dir="j")
+    with pytest.raises(Exception):
+        hp.learning_rate = 1.0
+    assert hp.replace(learning_rate=0.5).learning_rate == 0.5 and hp.learning_rate == 0.1
