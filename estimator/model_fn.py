@@ -139,7 +139,8 @@ def model_fn(features, labels, mode, params, config=None):
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.estimator.EstimatorSpec(mode, predictions=predictions)
 
-        loss = tf.reduce_mean([o.loss for o in outputs], name="loss")
+        # Not named "loss": that name (and TensorBoard tag) is the Estimator's own.
+        loss = tf.reduce_mean([o.loss for o in outputs], name="total_loss")
         weights = example_weights(labels)
         correct = tf.cast(tf.equal(predictions["classes"], labels), tf.float32)
         if mode == tf.estimator.ModeKeys.EVAL:
@@ -176,9 +177,12 @@ def model_fn(features, labels, mode, params, config=None):
         minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
         train_op = tf.group(minimize, *update_ops)
 
-        v1.summary.scalar("learning_rate", learning_rate)
-        v1.summary.scalar("train_accuracy", train_accuracy)
-        v1.summary.scalar("cross_entropy", cross_entropy)
-        v1.summary.image("images", tf.cast(features[:3], tf.uint8), max_outputs=3)
+        # v1 summary tags are op-name scopes; a scope of their own keeps them
+        # from colliding with the named tensors above ("learning_rate_1").
+        with tf.name_scope("train"):
+            v1.summary.scalar("learning_rate", learning_rate)
+            v1.summary.scalar("accuracy", train_accuracy)
+            v1.summary.scalar("cross_entropy", cross_entropy)
+            v1.summary.image("images", tf.cast(features[:3], tf.uint8), max_outputs=3)
         return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, train_op=train_op,
                                           training_hooks=hooks)

@@ -141,6 +141,8 @@ def test_malformed_tf_config_is_a_clean_cli_error(mini_records, tmp_path, monkey
 
 def test_hparams_is_frozen():
     hp = hparams_lib.HParams(data_dir="d", job_dir="j")
-    with pytest.raises(Exception):
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
         hp.learning_rate = 1.0
     assert hp.replace(learning_rate=0.5).learning_rate == 0.5 and hp.learning_rate == 0.1

@@ -220,3 +220,25 @@ def test_learning_rate_decays_in_the_graph():
                 step.load(s, sess)
                 got.append(sess.run(lr))
     np.testing.assert_allclose(got, [0.1, 0.1, 0.01, 0.01, 0.001, 0.001, 0.0002], rtol=1e-6)
+
+
+@pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
+def test_average_pool_is_exact_on_computed_inputs(data_format):
+    # TF 2.15's oneDNN AvgPool returned wrong values about one graph in three
+    # on inputs computed in the same graph; several fresh graphs expose that.
+    from estimator.model_base import ResNet
+
+    x = np.random.RandomState(0).randn(4, 16, 16, 8).astype(np.float32)
+    want = np.maximum(x, 0).reshape(4, 8, 2, 8, 2, 8).mean(axis=(2, 4))
+    for _ in range(6):
+        with tf.Graph().as_default():
+            net = ResNet(False, data_format, 0.9, 1e-5)
+            inputs = tf.nn.relu(tf.Variable(x))
+            if data_format == "channels_first":
+                inputs = tf.transpose(inputs, [0, 3, 1, 2])
+            pooled = net._avg_pool(inputs, 2, 2)
+            if data_format == "channels_first":
+                pooled = tf.transpose(pooled, [0, 2, 3, 1])
+            with v1.Session() as sess:
+                sess.run(v1.global_variables_initializer())
+                np.testing.assert_allclose(sess.run(pooled), want, rtol=1e-6, atol=1e-6)

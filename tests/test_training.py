@@ -1,0 +1,133 @@
+"""End-to-end training through ``python -m estimator.cifar10_main`` (slow: real training)."""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator.convert import convert, read_archive
+from tests import cifar_archives as ca
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+# The learning check's settings: ResNet-20, batch 128, batch-norm decay 0.9 so
+# the moving averages keep up within a few hundred steps (../shared/TF215-NOTES.md).
+LEARN = ["--num-gpus", "0", "--num-layers", "20", "--train-steps", "400", "--batch-norm-decay", "0.9",
+         "--seed", "1", "--log-every-n-steps", "100"]
+
+
+def run_main(*flags, env=None, timeout=600):
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    proc = subprocess.run([sys.executable, "-m", "estimator.cifar10_main"] + list(flags), cwd=REPO,
+                          env=environment, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def events(directory):
+    """tag -> [(step, value)] from the event files of one TensorBoard run directory."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                scalar = value.simple_value if value.HasField("simple_value") else None
+                out.setdefault(value.tag, []).append((event.step, scalar))
+    return out
+
+
+@pytest.fixture(scope="module")
+def shuffled_records(tmp_path_factory, mini_archive):
+    """The mini archive with its training labels permuted: nothing left to learn."""
+    tmp = tmp_path_factory.mktemp("shuffled")
+    batches = read_archive(mini_archive)
+    rng = np.random.RandomState(0)
+    raw = {}
+    for name in ca.BATCH_NAMES:
+        data, labels = batches[name]
+        labels = [int(x) for x in (rng.permutation(labels) if name.startswith("data_batch") else labels)]
+        raw[name] = {b"data": data, b"labels": labels, b"batch_label": name.encode()}
+    path = str(tmp / "shuffled.tar.gz")
+    sha = ca.write_tar(path, ca.official_members(raw))
+    convert(str(tmp / "data"), source=path, sha256=sha, progress=False, log=lambda *_: None)
+    return str(tmp / "data")
+
+
+def test_resnet20_learns_real_images(mini_records, tmp_path):
+    rc, log = run_main("--data-dir", mini_records, "--job-dir", str(tmp_path / "job"), *LEARN)
+    assert rc == 0, log[-3000:]
+    results = json.load(open(str(tmp_path / "job" / "results.json")))
+    assert results["global_step"] == 400 and results["eval_examples"] == 1017
+    assert results["accuracy"] >= 0.30, results  # chance is 0.10
+    assert results["validation_accuracy"] >= 0.30, results
+
+
+def test_shuffled_labels_do_not_pass_the_learning_check(shuffled_records, tmp_path):
+    rc, log = run_main("--data-dir", shuffled_records, "--job-dir", str(tmp_path / "job"), *LEARN)
+    assert rc == 0, log[-3000:]
+    results = json.load(open(str(tmp_path / "job" / "results.json")))
+    assert results["accuracy"] < 0.20, results
+
+
+def test_same_seed_deterministic_runs_are_identical(mini_records, tmp_path):
+    def train(job, seed):
+        rc, log = run_main("--job-dir", job, "--data-dir", mini_records, "--num-gpus", "0",
+                           "--num-layers", "8", "--train-steps", "20", "--train-batch-size", "32",
+                           "--seed", str(seed), "--deterministic", "--log-every-n-steps", "1")
+        assert rc == 0, log[-3000:]
+        reader = tf.train.load_checkpoint(job)
+        return ([v for _, v in events(job)["loss"]],
+                {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()})
+
+    losses_a, weights_a = train(str(tmp_path / "a"), 7)
+    losses_b, weights_b = train(str(tmp_path / "b"), 7)
+    assert len(losses_a) == 20 and losses_a == losses_b
+    assert weights_a.keys() == weights_b.keys()
+    for k in weights_a:
+        np.testing.assert_array_equal(weights_a[k], weights_b[k], err_msg=k)
+    # A different seed gives a different run: the check can fail.
+    assert train(str(tmp_path / "c"), 8)[0] != losses_a
+
+
+def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    flags = ["--data-dir", mini_records, "--job-dir", job, "--num-gpus", "0", "--num-cpu-towers", "2",
+             "--num-layers", "8", "--train-batch-size", "32", "--eval-batch-size", "50",
+             "--log-every-n-steps", "10", "--seed", "3"]
+    rc, log = run_main("--train-steps", "30", *flags)
+    assert rc == 0, log[-3000:]
+    assert "2 tower(s) on /cpu:0, /cpu:1, 16 images per tower per step" in log
+    assert os.path.exists(os.path.join(job, "model.ckpt-30.index"))
+
+    rc, log = run_main("--train-steps", "60", *flags)
+    assert rc == 0, log[-3000:]
+    steps = [int(s) for s in re.findall(r"loss = [-\d.e]+, step = (\d+)", log)]
+    assert steps[0] == 30, steps  # resumed from the checkpoint, not from 0
+    assert re.search(r"Evaluation \[validation\] at step 60: accuracy [\d.]+, .* on 1017 images", log)
+
+    results = json.load(open(os.path.join(job, "results.json")))
+    assert {"global_step", "accuracy", "loss", "eval_examples", "examples_per_sec", "train_seconds",
+            "validation_accuracy"} <= set(results)
+    assert results["global_step"] == 60 and results["eval_examples"] == 1017  # 1017 = 20 x 50 + 17
+    assert results["examples_per_sec"] > 0 and results["train_seconds"] > 0
+    hp = json.load(open(os.path.join(job, "hparams.json")))
+    assert hp["hparams"]["num_cpu_towers"] == 2 and hp["derived"]["per_tower_batch_size"] == 16
+    assert hp["derived"]["learning_rate_boundaries"] == [127 * 82, 127 * 123, 127 * 300]  # 4068 // 32
+
+    train_tags = events(job)
+    assert {"loss", "train/learning_rate", "train/accuracy", "train/cross_entropy"} <= set(train_tags)
+    assert any(tag.startswith("train/images") for tag in train_tags)
+    eval_tags = events(os.path.join(job, "eval_validation"))
+    assert {"accuracy", "loss", "eval_examples"} <= set(eval_tags)
+    assert os.path.isdir(os.path.join(job, "eval_test"))
+
+
+def test_cli_bad_flag_exits_2_with_message(mini_records, tmp_path):
+    rc, log = run_main("--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0",
+                       "--num-layers", "45")
+    assert rc == 2 and "num_layers=45 is not 6n+2" in log and "Traceback" not in log
