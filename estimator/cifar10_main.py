@@ -36,6 +36,8 @@ def parse(argv=None):
     if cluster.trial:
         # Parallel tuning trials must never share a checkpoint directory.
         hp = hp.replace(job_dir=storage.join(hp.job_dir, cluster.trial))
+        # cloudml-hypertune labels reports with this variable only.
+        os.environ.setdefault("CLOUD_ML_TRIAL_ID", cluster.trial)
     return hp, cluster
 
 
@@ -44,6 +46,12 @@ def main(argv=None) -> int:
     hp, cluster = parse(argv)
     if hp.deterministic:
         tf.config.experimental.enable_op_determinism()
+    if cluster.task_type in cluster_lib.TRAINING_ROLES and cluster.spec.get("ps"):
+        try:
+            cluster_lib.wait_for_parameter_servers(cluster, hp.ps_wait_secs)
+        except cluster_lib.UnreachableError as e:
+            print("error: %s" % e, file=sys.stderr)
+            return 1
     train.run(hp, cluster)
     return 0
 

@@ -113,6 +113,10 @@ def parse(text) -> Cluster:
                 % (task_type, index, count, task_type))
     if "chief" in spec and "master" in spec:
         raise ClusterConfigError("TF_CONFIG has both 'chief' and 'master': use one.")
+    if task_type == "evaluator" and "master" in spec:
+        raise ClusterConfigError(
+            "TF_CONFIG has an evaluator beside a master: a master evaluates itself (AI Platform); "
+            "name the training lead 'chief' (Vertex AI, or useChiefInTfConfig) to use an evaluator.")
     if not any(spec.get(role) for role in TRAINING_ROLES):
         raise ClusterConfigError("TF_CONFIG cluster has no master, chief or worker to train.")
     return Cluster(spec=spec, task_type=task_type, task_index=index,
@@ -121,3 +125,36 @@ def parse(text) -> Cluster:
 
 def from_environment() -> Cluster:
     return parse(os.environ.get("TF_CONFIG"))
+
+
+class UnreachableError(RuntimeError):
+    """A parameter server did not accept connections in time."""
+
+
+def wait_for_parameter_servers(cluster: Cluster, timeout: float, poll: float = 0.5) -> None:
+    """Waits until every parameter server accepts TCP connections.
+
+    Without this a worker whose parameter server never comes up waits forever
+    in TensorFlow's ``CreateSession`` ("still waiting for response from
+    /job:ps/..."). The services start all tasks of a job at about the same time,
+    so a few minutes' wait is normal; an address that never answers is an error.
+
+    Raises:
+      UnreachableError: naming the parameter server and its address.
+    """
+    import socket
+    import time
+
+    deadline = time.time() + timeout
+    for index, address in enumerate(cluster.spec.get("ps", ())):
+        host, _, port = address.rpartition(":")
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=min(5.0, max(poll, timeout))).close()
+                break
+            except OSError as e:
+                if time.time() >= deadline:
+                    raise UnreachableError(
+                        "parameter server ps/%d at %s is unreachable after %d s (%s): check that it runs and "
+                        "that TF_CONFIG names the right address." % (index, address, timeout, e)) from None
+                time.sleep(poll)

@@ -57,6 +57,7 @@ class HParams:
     eval_throttle_secs: int = 60
     keep_checkpoint_max: int = 5
     log_every_n_steps: int = 100
+    ps_wait_secs: int = 300
     # From the environment, not flags: the number of training processes
     # (TF_CONFIG) and of training images (the data's manifest).
     num_workers: int = 1
@@ -213,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-checkpoint-max", type=int, default=d.keep_checkpoint_max)
     p.add_argument("--log-every-n-steps", type=int, default=d.log_every_n_steps,
                    help="Log loss, learning rate, accuracy and examples/sec every N steps.")
+    p.add_argument("--ps-wait-secs", type=int, default=d.ps_wait_secs,
+                   help="In a cluster, how long to wait for the parameter servers to answer before failing.")
     return p
 
 

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from estimator import cifar10_format as fmt
 from estimator import devices
+from estimator import hooks as hooks_lib
 from estimator import hparams as hparams_lib
 from estimator.cifar10_model import ResNetCifar10
 
@@ -166,14 +167,15 @@ def model_fn(features, labels, mode, params, config=None):
                                         values),
             name="learning_rate")
         optimizer = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum)
-        hooks = [v1.train.LoggingTensorHook(
+        training_hooks = [v1.train.LoggingTensorHook(
             {"learning_rate": learning_rate, "loss": loss, "cross_entropy": cross_entropy,
              "train_accuracy": train_accuracy, "step": global_step},
             every_n_iter=hp.log_every_n_steps)]
         if hp.sync:
             optimizer = v1.train.SyncReplicasOptimizer(
                 optimizer, replicas_to_aggregate=hp.num_workers, total_num_replicas=hp.num_workers)
-            hooks.append(optimizer.make_session_run_hook(config.is_chief if config else True))
+            training_hooks.append(hooks_lib.SyncReplicasHook(optimizer, config.is_chief if config else True,
+                                                         num_workers=hp.num_workers))
         minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
         train_op = tf.group(minimize, *update_ops)
 
@@ -185,4 +187,4 @@ def model_fn(features, labels, mode, params, config=None):
             v1.summary.scalar("cross_entropy", cross_entropy)
             v1.summary.image("images", tf.cast(features[:3], tf.uint8), max_outputs=3)
         return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, train_op=train_op,
-                                          training_hooks=hooks)
+                                          training_hooks=training_hooks)

@@ -125,8 +125,14 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
         return None
 
     test = estimator_.evaluate(input_fn(hp, TEST_SUBSET), name="test")
-    validation = reporter.results[-1] if reporter.results else estimator_.evaluate(
-        input_fn(hp, VALIDATION_SUBSET), name=VALIDATION_SUBSET)
+    if reporter.results:
+        validation = reporter.results[-1]
+    else:
+        # A chief (unlike a master or a local run) leaves evaluation to the
+        # evaluator task; the tuning service reads the chief's reports, so the
+        # chief evaluates the validation split once and reports it.
+        validation = estimator_.evaluate(input_fn(hp, VALIDATION_SUBSET), name=VALIDATION_SUBSET)
+        reporter.export(estimator_, None, estimator_.latest_checkpoint(), validation, True)
     rate = speed.steady_state_examples_per_sec
     results = {
         "global_step": int(test["global_step"]),

@@ -1,0 +1,149 @@
+"""Distributed training with real processes on 127.0.0.1 (slow: each test runs a cluster)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from estimator import cluster as cluster_lib
+from estimator.local_cluster import ClusterError, LocalCluster, free_ports, tf_config
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def trainer(data_dir, job_dir, steps, *extra):
+    return ["--data-dir", data_dir, "--job-dir", job_dir, "--num-gpus", "0", "--num-layers", "8",
+            "--train-batch-size", "32", "--eval-batch-size", "100", "--train-steps", str(steps),
+            "--log-every-n-steps", "10", "--eval-throttle-secs", "0"] + list(extra)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def assert_finished(cluster, job, steps):
+    results = json.load(open(os.path.join(job, "results.json")))
+    # Asynchronous replicas (chief and workers) each finish the step they are
+    # in: the global step may end up to one step per replica past --train-steps.
+    workers = sum(1 for role, _ in cluster.tasks if role in ("master", "chief", "worker"))
+    final = results["global_step"]
+    assert steps <= final <= steps + workers and results["eval_examples"] == 1017
+    assert os.path.exists(os.path.join(job, "model.ckpt-%d.index" % final))
+    chief = cluster.task("master" if ("master", 0) in cluster.tasks else "chief")
+    assert re.search(r"Evaluation \[validation\] at step %d" % final, chief.log()
+                     + (cluster.task("evaluator").log() if ("evaluator", 0) in cluster.tasks else ""))
+    for task in cluster.tasks.values():
+        assert not alive(task.process.pid), task.name  # every process ended, ps included
+    return results
+
+
+def test_async_cluster_with_evaluator_trains_to_the_last_step(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    # An evaluator needs the Vertex AI role name, chief (a master evaluates itself).
+    # 400 steps: enough that the worker joins after its start delay (5 s).
+    cluster = LocalCluster(trainer(mini_records, job, 400, "--save-checkpoints-steps", "200"), workers=1, ps=1,
+                           evaluator=True, chief_role="chief", env=ENV, out=None)
+    with cluster:
+        assert cluster.start().wait(timeout=240) == 0
+    assert_finished(cluster, job, 400)
+    assert "step = " in cluster.task("worker").log()  # the worker trained too
+    assert os.path.isdir(os.path.join(job, "eval_validation"))
+    assert re.search(r"Evaluation \[validation\] at step \d+", cluster.task("evaluator").log())
+
+
+def test_sync_cluster_finishes_without_hanging(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    cluster = LocalCluster(trainer(mini_records, job, 40, "--sync", "--save-checkpoints-steps", "20"),
+                           workers=1, ps=1, env=ENV, out=None)
+    start = time.time()
+    with cluster:
+        assert cluster.start().wait(timeout=240, grace=60) == 0
+    # The stock SyncReplicasOptimizer hook held the chief's exit for 120 s.
+    assert time.time() - start < 110
+    results = json.load(open(os.path.join(job, "results.json")))
+    assert results["global_step"] == 40
+    assert "SyncReplicasV2: replicas_to_aggregate=2" in cluster.task("master").log()
+    hp = json.load(open(os.path.join(job, "hparams.json")))
+    assert hp["hparams"]["num_workers"] == 2 and hp["hparams"]["sync"] is True
+    # One global step is one update from both workers' batches: 4068 // (32 * 2) = 63 steps/epoch.
+    assert hp["derived"]["learning_rate_boundaries"][0] == 63 * 82
+
+
+def test_killed_worker_rejoins_and_job_finishes(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    cluster = LocalCluster(trainer(mini_records, job, 400, "--save-checkpoints-steps", "100"), workers=1, ps=1,
+                           env=ENV, out=None)
+    with cluster:
+        cluster.start()
+        cluster.wait_for("worker", 0, r"step = \d+", timeout=120)
+        first = cluster.task("worker")
+        cluster.kill("worker", 0)  # SIGKILL mid-run
+        assert first.process.returncode == -9
+        cluster.start_task("worker", 0)
+        cluster.wait_for("worker", 0, r"step = \d+", timeout=120)  # it rejoined and trains
+        assert cluster.wait(timeout=300) == 0
+    assert_finished(cluster, job, 400)
+
+
+def test_killed_master_resumes_from_its_last_checkpoint(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    cluster = LocalCluster(trainer(mini_records, job, 300, "--save-checkpoints-steps", "50"), workers=1, ps=1,
+                           env=ENV, out=None)
+    with cluster:
+        cluster.start()
+        cluster.wait_for("master", 0, r"Saving checkpoints for (5\d|[1-9]\d\d) into", timeout=180)
+        cluster.kill("master", 0)
+        saved = sorted(int(m) for m in re.findall(r"model\.ckpt-(\d+)\.index", " ".join(os.listdir(job))))
+        cluster.start_task("master", 0)
+        restored = cluster.wait_for("master", 0, r"Restoring parameters from .*model\.ckpt-(\d+)", timeout=180)
+        assert int(restored.group(1)) == saved[-1] > 0
+        assert cluster.wait(timeout=300) == 0
+    assert_finished(cluster, job, 300)
+
+
+def test_unreachable_parameter_server_fails_in_bounded_time(mini_records, tmp_path):
+    ps, master = free_ports(2)
+    spec = {"master": ["127.0.0.1:%d" % master], "ps": ["127.0.0.1:%d" % ps]}  # nothing listens on ps
+    env = dict(ENV, TF_CONFIG=tf_config(spec, "master", 0))
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-m", "estimator.cifar10_main"]
+                          + trainer(mini_records, str(tmp_path / "job"), 10, "--ps-wait-secs", "3"),
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "parameter server ps/0 at 127.0.0.1:%d is unreachable after 3 s" % ps in proc.stderr
+    assert time.time() - start < 60
+
+
+def test_launcher_stops_everything_when_a_task_fails_and_names_it(tmp_path):
+    # A bad flag makes master and worker exit 2; the ps would wait forever.
+    proc = subprocess.run([sys.executable, "-m", "estimator.local_cluster", "--workers", "1", "--ps", "1",
+                           "--timeout", "120", "--", "--data-dir", str(tmp_path / "missing"), "--job-dir",
+                           str(tmp_path / "job"), "--num-gpus", "0"], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 1
+    assert re.search(r"error: (master|worker)/0 failed with exit code 2; stopped the other tasks", proc.stderr)
+    assert "Run generate_cifar10_tfrecords.py" in proc.stdout + proc.stderr
+    spec = json.loads(re.search(r"Cluster: (\{.*\})", proc.stdout).group(1))
+    port = int(spec["ps"][0].rsplit(":", 1)[1])
+    with pytest.raises(cluster_lib.UnreachableError):  # the ps is gone
+        cluster_lib.wait_for_parameter_servers(cluster_lib.Cluster(spec={"ps": ["127.0.0.1:%d" % port]}), 1)
+
+
+def test_wait_for_reports_an_early_exit(tmp_path):
+    cluster = LocalCluster(["--data-dir", str(tmp_path), "--job-dir", str(tmp_path), "--num-gpus", "0"],
+                           workers=0, ps=0, env=ENV, out=None)
+    with cluster:
+        cluster.start()
+        with pytest.raises(ClusterError, match="master/0 exited with 2"):
+            cluster.wait_for("master", 0, "never printed", timeout=60)
