@@ -92,8 +92,11 @@ def parse(text) -> Cluster:
     task_type = task.get("type")
     trial = task.get("trial") or os.environ.get("CLOUD_ML_TRIAL_ID") or None
     if not spec:
-        if task_type not in (None, "", "master", "chief", "worker") or task.get("index", 0) not in (0, "0"):
-            raise ClusterConfigError("TF_CONFIG task %r has no cluster to belong to." % (task,))
+        # The Estimator's rule: without a cluster, a task can only be worker 0.
+        if task_type not in (None, "", "worker") or task.get("index", 0) not in (0, "0"):
+            raise ClusterConfigError(
+                "TF_CONFIG task %r has no cluster to belong to: give a 'cluster' (the services set e.g. "
+                '{"master": ["host:2222"]} even for one machine) or drop the task.' % (task,))
         return Cluster(trial=str(trial) if trial else None)
     if task_type not in ROLES:
         raise ClusterConfigError(

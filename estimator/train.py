@@ -91,6 +91,11 @@ def describe(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster) -> dict:
     }
 
 
+def write_json(path: str, value) -> None:
+    """Writes a small JSON record (hparams.json, results.json) locally or to gs://."""
+    storage.write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
 def _training_rank(cluster: cluster_lib.Cluster) -> int:
     """0 for the chief, 1.. for workers: gives each worker its own data order."""
     if cluster.task_type == "worker":
@@ -106,8 +111,7 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
                     len(description["derived"]["towers"]), ", ".join(description["derived"]["towers"]),
                     description["derived"]["per_tower_batch_size"])
     if cluster.is_chief and cluster.task_type != "evaluator":
-        storage.write_text(storage.join(hp.job_dir, "hparams.json"),
-                           json.dumps(description, indent=2, sort_keys=True) + "\n")
+        write_json(storage.join(hp.job_dir, "hparams.json"), description)
 
     estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=run_config(hp, cluster), params=hp)
     speed = hooks.ExamplesPerSecondHook(hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
@@ -148,6 +152,5 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
     }
     v1.logging.info("Final test evaluation at step %d: accuracy %.4f, loss %.4f on %d images",
                     results["global_step"], results["accuracy"], results["loss"], results["eval_examples"])
-    storage.write_text(storage.join(hp.job_dir, "results.json"),
-                       json.dumps(results, indent=2, sort_keys=True) + "\n")
+    write_json(storage.join(hp.job_dir, "results.json"), results)
     return results

@@ -91,7 +91,8 @@ def test_job_dir_from_vertex_ai_environment(mini_records, tmp_path, monkeypatch,
 
 
 def test_tuning_trial_gets_its_own_job_dir(mini_records, tmp_path, monkeypatch):
-    monkeypatch.setenv("TF_CONFIG", json.dumps({"task": {"type": "master", "index": 0, "trial": "7"}}))
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"master": ["127.0.0.1:1"]},
+                                                "task": {"type": "master", "index": 0, "trial": "7"}}))
     hp, cluster = parse_ok(mini_records, tmp_path)
     assert cluster.trial == "7" and hp.job_dir == str(tmp_path / "job" / "7")
     monkeypatch.delenv("TF_CONFIG")
@@ -109,7 +110,10 @@ CLUSTER = {"master": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"], 
     ({"type": "evaluator", "index": 0}, False, 3),
 ])
 def test_tf_config_roles(task, chief, workers):
-    c = cluster_lib.parse(json.dumps({"cluster": CLUSTER, "task": task, "environment": "cloud"}))
+    spec = dict(CLUSTER)
+    if task["type"] == "evaluator":  # only beside a chief (Vertex AI): a master evaluates itself
+        spec["chief"] = spec.pop("master")
+    c = cluster_lib.parse(json.dumps({"cluster": spec, "task": task, "environment": "cloud"}))
     assert (c.is_chief, c.num_workers, c.distributed, c.task_type) == (chief, workers, True, task["type"])
 
 
@@ -127,6 +131,8 @@ def test_worker_zero_is_chief_without_master():
     (json.dumps({"cluster": {"master": ["nohostport"]}, "task": {"type": "master"}}), "host:port"),
     (json.dumps({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}}), "no master, chief or worker"),
     (json.dumps([1, 2]), "must be a JSON object"),
+    (json.dumps({"task": {"type": "master", "index": 0}}), "has no cluster to belong to"),
+    (json.dumps({"cluster": CLUSTER, "task": {"type": "evaluator", "index": 0}}), "evaluator beside a master"),
 ])
 def test_malformed_tf_config(text, message):
     with pytest.raises(cluster_lib.ClusterConfigError, match=message):

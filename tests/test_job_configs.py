@@ -1,0 +1,125 @@
+"""cmle_config.yaml and hptuning_config.yaml against the ml.v1 API's own schema."""
+
+import json
+import os
+
+import googleapiclient
+import pytest
+import yaml
+
+from estimator import cluster as cluster_lib
+from estimator import hparams as hparams_lib
+from estimator.hooks import EvalReporter
+from tests.conftest import REPO
+
+DISCOVERY = os.path.join(os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents", "ml.v1.json")
+SCHEMAS = json.load(open(DISCOVERY))["schemas"]
+
+
+def check(value, schema, path="", errors=None):
+    """Validates ``value`` against a discovery-document schema; returns the errors."""
+    errors = [] if errors is None else errors
+    if "$ref" in schema:
+        schema = SCHEMAS[schema["$ref"]]
+    kind = schema.get("type")
+    if kind == "object":
+        if not isinstance(value, dict):
+            errors.append("%s: expected an object, got %r" % (path, value))
+            return errors
+        for key, item in value.items():
+            if key in schema.get("properties", {}):
+                check(item, schema["properties"][key], path + "." + key, errors)
+            elif "additionalProperties" in schema:
+                check(item, schema["additionalProperties"], path + "." + key, errors)
+            else:
+                errors.append("%s: unknown field %r" % (path, key))
+    elif kind == "array":
+        if not isinstance(value, list):
+            errors.append("%s: expected a list" % path)
+        else:
+            for i, item in enumerate(value):
+                check(item, schema["items"], "%s[%d]" % (path, i), errors)
+    elif kind == "string" and schema.get("format") in ("int64", "uint64"):
+        # JSON carries 64-bit integers as strings; YAML configs give numbers.
+        if isinstance(value, bool) or not (isinstance(value, int) or str(value).lstrip("-").isdigit()):
+            errors.append("%s: expected an integer, got %r" % (path, value))
+    elif kind == "string":
+        if not isinstance(value, str):
+            errors.append("%s: expected a string, got %r" % (path, value))
+        elif "enum" in schema and value not in schema["enum"]:
+            errors.append("%s: %r is not one of %s" % (path, value, schema["enum"]))
+    elif kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
+        errors.append("%s: expected an integer, got %r" % (path, value))
+    elif kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        errors.append("%s: expected a number, got %r" % (path, value))
+    elif kind == "boolean" and not isinstance(value, bool):
+        errors.append("%s: expected a boolean, got %r" % (path, value))
+    return errors
+
+
+def training_input(name):
+    config = yaml.safe_load(open(os.path.join(REPO, name)))
+    assert list(config) == ["trainingInput"], "gcloud --config files hold one trainingInput"
+    return config["trainingInput"]
+
+
+@pytest.mark.parametrize("name", ["cmle_config.yaml", "hptuning_config.yaml"])
+def test_config_matches_the_training_input_schema(name):
+    spec = training_input(name)
+    assert check(spec, {"$ref": "GoogleCloudMlV1__TrainingInput"}, "trainingInput") == []
+    # What the schema cannot say, the service requires:
+    assert spec["scaleTier"] == "CUSTOM" and spec["masterType"]
+    for role in ("worker", "parameterServer"):
+        if int(spec.get(role + "Count", 0)):
+            assert spec[role + "Type"], "%sCount needs %sType" % (role, role)
+    assert (spec["runtimeVersion"], spec["pythonVersion"]) == ("2.11", "3.7")
+
+
+def test_the_validator_catches_mistakes():
+    bad = {"scaleTier": "HUGE", "workerCount": "two", "masterConfig": {"acceleratorConfig": {"type": "GPU"}},
+           "hyperparameters": {"goal": "MAXIMISE", "maxTrials": 1.5, "params": [{"scaleType": "LOG"}]},
+           "typo": 1}
+    errors = check(bad, {"$ref": "GoogleCloudMlV1__TrainingInput"}, "trainingInput")
+    for fragment in ("'HUGE' is not one of", "workerCount: expected an integer", "'GPU' is not one of",
+                     "'MAXIMISE' is not one of", "maxTrials: expected an integer", "'LOG' is not one of",
+                     "unknown field 'typo'"):
+        assert any(fragment in e for e in errors), (fragment, errors)
+
+
+def test_cluster_config_uses_parameter_servers_and_gpus():
+    spec = training_input("cmle_config.yaml")
+    assert int(spec["parameterServerCount"]) >= 1 and int(spec["workerCount"]) >= 1
+    counts = {spec[r]["acceleratorConfig"]["count"] for r in ("masterConfig", "workerConfig")}
+    assert counts == {2}  # the README's command passes --num-gpus 2
+    assert "complex_model_m_gpu" in open(os.path.join(REPO, "cmle_config.yaml")).read()
+
+
+def test_tuning_study_optimises_the_metric_the_trainer_reports():
+    hp = training_input("hptuning_config.yaml")["hyperparameters"]
+    assert hp["goal"] == "MAXIMIZE" and hp["hyperparameterMetricTag"] == "accuracy"
+    assert hp["hyperparameterMetricTag"] == EvalReporter("validation")._metric_tag
+    assert hp["maxParallelTrials"] <= hp["maxTrials"] and hp["maxFailedTrials"] > 0
+    assert hp["enableTrialEarlyStopping"] is True
+    lr = [p for p in hp["params"] if p["parameterName"] == "learning-rate"][0]
+    assert (lr["type"], lr["scaleType"], lr["minValue"], lr["maxValue"]) == ("DOUBLE", "UNIT_LOG_SCALE", 1e-4, 0.5)
+
+
+def _values(param):
+    if param["type"] in ("DOUBLE", "INTEGER"):
+        assert param["minValue"] < param["maxValue"]
+        return [param["minValue"], param["maxValue"]]
+    if param["type"] == "DISCRETE":
+        return param["discreteValues"]
+    return param["categoricalValues"]
+
+
+def test_every_tuned_parameter_is_a_trainer_flag_in_range():
+    parser = hparams_lib.build_parser()
+    flags = {s for action in parser._actions for s in action.option_strings}
+    for param in training_input("hptuning_config.yaml")["hyperparameters"]["params"]:
+        assert "--" + param["parameterName"] in flags, param["parameterName"]
+        for value in _values(param):
+            # The service passes --name=value; the trainer must accept both ends of every range.
+            args = parser.parse_args(["--data-dir", "d", "--job-dir", "j", "--num-gpus", "0",
+                                      "--%s=%s" % (param["parameterName"], value)])
+            hparams_lib.validate(args, cluster_lib.Cluster(), gpus_visible=0)
