@@ -77,8 +77,10 @@ class EvalReporter(tf.estimator.Exporter):
     nothing.
     """
 
-    def __init__(self, subset: str, metric_tag: str = "accuracy", report_metric: bool = True):
+    def __init__(self, subset: str, metric_tag: str = "accuracy", report_metric: bool = True,
+                 mirror_dir: str = None):
         self._subset = subset
+        self._mirror_dir = mirror_dir
         self._metric_tag = metric_tag
         self._report_metric = report_metric
         self.results = []
@@ -94,6 +96,8 @@ class EvalReporter(tf.estimator.Exporter):
             "Evaluation [%s] at step %d: accuracy %.4f, cross_entropy %.4f, loss %.4f on %d images",
             self._subset, result["global_step"], result["accuracy"], result["cross_entropy"],
             result["loss"], int(result["eval_examples"]))
+        if self._mirror_dir:
+            write_scalars(self._mirror_dir, result, int(result["global_step"]))
         if self._report_metric:
             _HyperTune.report(self._metric_tag, float(result[self._metric_tag]),
                               int(result["global_step"]), checkpoint_path)
@@ -162,3 +166,45 @@ class SyncReplicasHook(v1.train.SessionRunHook):
                     coord.request_stop(e)
 
             threading.Thread(target=aggregate, name="sync_replicas_aggregator", daemon=True).start()
+
+
+class SummaryMirrorHook(v1.train.SessionRunHook):
+    """Writes the training summaries to a second directory as well.
+
+    Vertex AI's TensorBoard integration reads ``AIP_TENSORBOARD_LOG_DIR``, while
+    the Estimator writes its summaries beside the checkpoints.
+    """
+
+    def __init__(self, log_dir: str, every_n_steps: int):
+        self._log_dir = log_dir
+        self._every_n_steps = every_n_steps
+
+    def begin(self):
+        self._summary = v1.summary.merge_all()
+        self._step = v1.train.get_global_step()
+        self._writer = v1.summary.FileWriterCache.get(self._log_dir)
+        self._next = 0
+
+    def before_run(self, run_context):
+        fetches = {"step": self._step}
+        if self._summary is not None:
+            fetches["summary"] = self._summary
+        return v1.train.SessionRunArgs(fetches)
+
+    def after_run(self, run_context, run_values):
+        step = run_values.results["step"]
+        if "summary" in run_values.results and step >= self._next:
+            self._writer.add_summary(run_values.results["summary"], step)
+            self._next = step + self._every_n_steps
+
+    def end(self, session):
+        self._writer.flush()
+
+
+def write_scalars(log_dir: str, values: dict, step: int) -> None:
+    """Writes scalar summaries (an evaluation's metrics) to ``log_dir``."""
+    writer = v1.summary.FileWriterCache.get(log_dir)
+    summary = v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in sorted(values.items())
+                                if k != "global_step"])
+    writer.add_summary(summary, step)
+    writer.flush()

@@ -9,6 +9,7 @@ split once and writes ``JOB_DIR/results.json``.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import tensorflow as tf
@@ -115,10 +116,18 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
 
     estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=run_config(hp, cluster), params=hp)
     speed = hooks.ExamplesPerSecondHook(hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
-    reporter = hooks.EvalReporter(VALIDATION_SUBSET)
+    train_hooks = [speed]
+    # Vertex AI's TensorBoard reads its own directory; the Estimator writes beside the checkpoints.
+    tensorboard_dir = os.environ.get("AIP_TENSORBOARD_LOG_DIR")
+    eval_mirror = None
+    if tensorboard_dir and tensorboard_dir.rstrip("/") != hp.job_dir.rstrip("/"):
+        if cluster.is_chief:
+            train_hooks.append(hooks.SummaryMirrorHook(tensorboard_dir, min(100, hp.log_every_n_steps)))
+        eval_mirror = storage.join(tensorboard_dir, "eval_" + VALIDATION_SUBSET)
+    reporter = hooks.EvalReporter(VALIDATION_SUBSET, mirror_dir=eval_mirror)
     train_seed = None if hp.seed is None else hp.seed + _training_rank(cluster)
     train_spec = tf.estimator.TrainSpec(input_fn(hp, "train", seed=train_seed),
-                                        max_steps=hp.train_steps, hooks=[speed])
+                                        max_steps=hp.train_steps, hooks=train_hooks)
     eval_spec = tf.estimator.EvalSpec(input_fn(hp, VALIDATION_SUBSET), steps=None,
                                       name=VALIDATION_SUBSET, exporters=[reporter],
                                       start_delay_secs=0, throttle_secs=hp.eval_throttle_secs)

@@ -27,7 +27,7 @@ def test_trial_reports_validation_accuracy_to_hypertune_and_tensorboard(mini_rec
     tf_config = {"cluster": {"master": ["127.0.0.1:%d" % free_port()]},
                  "task": {"type": "master", "index": 0, "trial": "5"}, "environment": "cloud"}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CLOUD_ML_HP_METRIC_FILE=str(metrics),
-               TF_CONFIG=json.dumps(tf_config))
+               TF_CONFIG=json.dumps(tf_config), AIP_TENSORBOARD_LOG_DIR=str(tmp_path / "vertex-tensorboard"))
     env.pop("CLOUD_ML_TRIAL_ID", None)
     job = tmp_path / "job"
     proc = subprocess.run([sys.executable, "-m", "estimator.cifar10_main", "--data-dir", mini_records,
@@ -45,6 +45,13 @@ def test_trial_reports_validation_accuracy_to_hypertune_and_tensorboard(mini_rec
     # The study sees the validation split, never the test split.
     assert float(reports[-1]["accuracy"]) == pytest.approx(results["validation_accuracy"], abs=1e-7)
     assert reports[-1]["checkpoint_path"].endswith("model.ckpt-20")
+
+    # Vertex AI's TensorBoard directory gets the training and evaluation summaries too.
+    from tests.test_training import events
+
+    mirrored = events(str(tmp_path / "vertex-tensorboard"))
+    assert {"loss", "train/learning_rate"} <= set(mirrored) and mirrored["loss"][0][0] == 0
+    assert [s for s, _ in events(str(tmp_path / "vertex-tensorboard" / "eval_validation"))["accuracy"]] == [10, 20]
 
     port = free_port()
     tensorboard = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "tensorboard"), "--logdir",
