@@ -42,12 +42,12 @@ test: lint
 FULL_DATA_DIR ?= work/cifar-10-full
 
 bench: venv
-	$(PY) benchmarks/input_pipeline.py --source $(SHARED_DATA)/cifar-10-jpeg-python.tar.gz \
+	$(PY) -m benchmarks.input_pipeline --source $(SHARED_DATA)/cifar-10-jpeg-python.tar.gz \
 	  --sha256 818d7f7e2356d667cc55e182d01757a60db5247f56f99ff29a9eade8536256f4
 	$(PY) generate_cifar10_tfrecords.py --data-dir $(FULL_DATA_DIR) \
 	  --source $(SHARED_DATA)/cifar-10-jpeg-python.tar.gz \
 	  --sha256 818d7f7e2356d667cc55e182d01757a60db5247f56f99ff29a9eade8536256f4
-	$(PY) benchmarks/keras_vs_estimator.py --data-dir $(FULL_DATA_DIR)
+	$(PY) -m benchmarks.keras_vs_estimator --data-dir $(FULL_DATA_DIR)
 
 clean:
 	rm -rf work

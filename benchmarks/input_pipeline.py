@@ -1,6 +1,6 @@
 """Benchmarks the converter and the training input pipeline; prints a table, writes JSON.
 
-    python benchmarks/input_pipeline.py --source ../shared/data/cifar-10-jpeg-python.tar.gz \
+    python -m benchmarks.input_pipeline --source ../shared/data/cifar-10-jpeg-python.tar.gz \
         --sha256 818d7f7e... --out benchmarks/results/input_pipeline.json
 
 Measures, in one run on this machine:
@@ -11,7 +11,6 @@ Measures, in one run on this machine:
 """
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -22,6 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
+from benchmarks.common import write_result  # noqa: E402
 from estimator import cifar10_format as fmt  # noqa: E402
 from estimator.cifar10 import Cifar10DataSet, decode  # noqa: E402
 from estimator.convert import convert  # noqa: E402
@@ -87,9 +87,6 @@ def main(argv=None):
         print("%-28s %12.0f  %s" % (name, median[name], " ".join("%.0f" % x for x in r)))
     print("training / bare: %.2f" % ratio)
     result = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(),
-                    "tensorflow": tf.__version__},
         "source": os.path.basename(args.source),
         "convert_images": total,
         "convert_seconds": round(convert_seconds, 2),
@@ -98,10 +95,7 @@ def main(argv=None):
         "rounds": {k: [round(x) for x in v] for k, v in rates.items()},
         "training_over_bare": round(ratio, 3),
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    write_result(args.out, result)
     return 0
 
 

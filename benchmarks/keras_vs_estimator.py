@@ -1,6 +1,6 @@
 """Training speed: our Estimator model_fn against the same network in Keras ``model.fit``.
 
-    python benchmarks/keras_vs_estimator.py --data-dir work/cifar-10-data \
+    python -m benchmarks.keras_vs_estimator --data-dir work/cifar-10-data \
         --out benchmarks/results/keras_vs_estimator.json
 
 Both train the same ResNet (v1, option-A shortcuts, He init, batch norm with
@@ -11,9 +11,7 @@ the same machine load; each reports steady-state images/s after warm-up.
 """
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -22,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
+from benchmarks.common import write_result  # noqa: E402
 from estimator import hooks  # noqa: E402
 from estimator.cifar10 import Cifar10DataSet  # noqa: E402
 from estimator.cifar10_model import check_depth  # noqa: E402
@@ -134,17 +133,11 @@ def main(argv=None):
     for name, r in rates.items():
         print("%-22s %10.1f  %s" % (name, best[name], " ".join("%.1f" % x for x in r)))
     print("estimator / keras: %.2f" % ratio)
-    result = {"date": time.strftime("%Y-%m-%d"),
-              "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(),
-                          "tensorflow": tf.__version__},
-              "num_layers": args.num_layers, "batch_size": args.batch_size, "steps": args.steps,
+    result = {"num_layers": args.num_layers, "batch_size": args.batch_size, "steps": args.steps,
               "images_per_sec": {k: round(v, 1) for k, v in best.items()},
               "rounds": {k: [round(x, 1) for x in v] for k, v in rates.items()},
               "estimator_over_keras": round(ratio, 3)}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    write_result(args.out, result)
     return 0
 
 

@@ -153,16 +153,20 @@ class ResNet(object):
                                               in_filter, out_filter)
             return self._relu(x + shortcut)
 
+    def _preactivate(self, x, activate_before_residual: bool):
+        """Batch norm and relu opening a pre-activation unit; returns (x, shortcut).
+
+        The shortcut starts after the activation only where the unit is asked to
+        share it (the first unit after the stem), else before it.
+        """
+        activated = self._relu(self._batch_norm(x, name="bn1"))
+        return activated, activated if activate_before_residual else x
+
     def _residual_v2(self, x, in_filter, out_filter, stride, activate_before_residual=False,
                      name="residual_v2"):
         """Pre-activation unit of He et al. 2016b (arXiv:1603.05027)."""
         with v1.variable_scope(name):
-            if activate_before_residual:
-                x = self._relu(self._batch_norm(x, name="bn1"))
-                shortcut = x
-            else:
-                shortcut = x
-                x = self._relu(self._batch_norm(x, name="bn1"))
+            x, shortcut = self._preactivate(x, activate_before_residual)
             x = self._conv(x, 3, out_filter, stride, name="conv1")
             x = self._relu(self._batch_norm(x, name="bn2"))
             x = self._conv(x, 3, out_filter, 1, name="conv2")
@@ -175,12 +179,7 @@ class ResNet(object):
                                 activate_before_residual=False, name="bottleneck_v2"):
         """Pre-activation bottleneck unit (1x1, 3x3, 1x1) with a projection shortcut."""
         with v1.variable_scope(name):
-            if activate_before_residual:
-                x = self._relu(self._batch_norm(x, name="bn1"))
-                shortcut = x
-            else:
-                shortcut = x
-                x = self._relu(self._batch_norm(x, name="bn1"))
+            x, shortcut = self._preactivate(x, activate_before_residual)
             x = self._conv(x, 1, out_filter // 4, 1, name="conv1")
             x = self._relu(self._batch_norm(x, name="bn2"))
             x = self._conv(x, 3, out_filter // 4, stride, name="conv2")
