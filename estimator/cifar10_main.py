@@ -36,8 +36,6 @@ def parse(argv=None):
     if cluster.trial:
         # Parallel tuning trials must never share a checkpoint directory.
         hp = hp.replace(job_dir=storage.join(hp.job_dir, cluster.trial))
-        # cloudml-hypertune labels reports with this variable only.
-        os.environ.setdefault("CLOUD_ML_TRIAL_ID", cluster.trial)
     return hp, cluster
 
 

@@ -58,11 +58,14 @@ class _HyperTune(object):
     _instance = None
 
     @classmethod
-    def report(cls, tag: str, value: float, global_step: int, checkpoint_path: str = "") -> None:
+    def report(cls, tag: str, value: float, global_step: int, checkpoint_path: str = "", trial=None) -> None:
         if cls._instance is None:
             import hypertune
 
             cls._instance = hypertune.HyperTune()
+        if trial:
+            # HyperTune reads the trial from CLOUD_ML_TRIAL_ID only; TF_CONFIG's task.trial counts too.
+            cls._instance.trial_id = trial
         cls._instance.report_hyperparameter_tuning_metric(
             hyperparameter_metric_tag=tag, metric_value=value, global_step=global_step,
             checkpoint_path=checkpoint_path or "")
@@ -78,8 +81,9 @@ class EvalReporter(tf.estimator.Exporter):
     """
 
     def __init__(self, subset: str, metric_tag: str = "accuracy", report_metric: bool = True,
-                 mirror_dir: str = None):
+                 mirror_dir: str = None, trial: str = None):
         self._subset = subset
+        self._trial = trial
         self._mirror_dir = mirror_dir
         self._metric_tag = metric_tag
         self._report_metric = report_metric
@@ -100,7 +104,7 @@ class EvalReporter(tf.estimator.Exporter):
             write_scalars(self._mirror_dir, result, int(result["global_step"]))
         if self._report_metric:
             _HyperTune.report(self._metric_tag, float(result[self._metric_tag]),
-                              int(result["global_step"]), checkpoint_path)
+                              int(result["global_step"]), checkpoint_path, trial=self._trial)
         return None
 
 

@@ -124,7 +124,7 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
         if cluster.is_chief:
             train_hooks.append(hooks.SummaryMirrorHook(tensorboard_dir, min(100, hp.log_every_n_steps)))
         eval_mirror = storage.join(tensorboard_dir, "eval_" + VALIDATION_SUBSET)
-    reporter = hooks.EvalReporter(VALIDATION_SUBSET, mirror_dir=eval_mirror)
+    reporter = hooks.EvalReporter(VALIDATION_SUBSET, mirror_dir=eval_mirror, trial=cluster.trial)
     train_seed = None if hp.seed is None else hp.seed + _training_rank(cluster)
     train_spec = tf.estimator.TrainSpec(input_fn(hp, "train", seed=train_seed),
                                         max_steps=hp.train_steps, hooks=train_hooks)

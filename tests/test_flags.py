@@ -1,6 +1,7 @@
 """Trainer flags, their validation, flag files and TF_CONFIG."""
 
 import json
+import os
 
 import pytest
 
@@ -95,6 +96,7 @@ def test_tuning_trial_gets_its_own_job_dir(mini_records, tmp_path, monkeypatch):
                                                 "task": {"type": "master", "index": 0, "trial": "7"}}))
     hp, cluster = parse_ok(mini_records, tmp_path)
     assert cluster.trial == "7" and hp.job_dir == str(tmp_path / "job" / "7")
+    assert "CLOUD_ML_TRIAL_ID" not in os.environ  # parsing changes nothing around it
     monkeypatch.delenv("TF_CONFIG")
     monkeypatch.setenv("CLOUD_ML_TRIAL_ID", "3")
     assert parse_ok(mini_records, tmp_path)[0].job_dir == str(tmp_path / "job" / "3")
