@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import tensorflow as tf
@@ -24,9 +25,6 @@ class ExamplesPerSecondHook(v1.train.SessionRunHook):
         self._start = None
         self._window_start = None
         self._last = None
-
-    def before_run(self, run_context):
-        return None
 
     def after_run(self, run_context, run_values):
         now = time.perf_counter()
@@ -158,8 +156,6 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         if self._init_tokens_op is not None:
             session.run(self._init_tokens_op)
         if self._sync_op is not None:
-            import threading
-
             def aggregate():
                 try:
                     while not coord.should_stop():

@@ -143,7 +143,6 @@ def model_fn(features, labels, mode, params, config=None):
         # Not named "loss": that name (and TensorBoard tag) is the Estimator's own.
         loss = tf.reduce_mean([o.loss for o in outputs], name="total_loss")
         weights = example_weights(labels)
-        correct = tf.cast(tf.equal(predictions["classes"], labels), tf.float32)
         if mode == tf.estimator.ModeKeys.EVAL:
             metrics = {
                 "accuracy": v1.metrics.accuracy(tf.maximum(labels, 0), predictions["classes"],
@@ -156,6 +155,7 @@ def model_fn(features, labels, mode, params, config=None):
             return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions,
                                               eval_metric_ops=metrics)
 
+        correct = tf.cast(tf.equal(predictions["classes"], labels), tf.float32)
         train_accuracy = tf.reduce_mean(correct, name="train_accuracy")
         cross_entropy = tf.reduce_mean([o.cross_entropy for o in outputs], name="cross_entropy")
         gradvars = average_gradients([o.grads_and_vars for o in outputs])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shutil
 import tempfile
 
 GCS_PREFIX = "gs://"
@@ -78,9 +79,8 @@ def exists(path: str) -> bool:
 def size(path: str):
     """Size in bytes, or None if there is no such file."""
     if is_gcs(path):
-        blob = _blob(path)
-        bucket = _client().bucket(blob.bucket.name)
-        found = bucket.get_blob(blob.name)
+        bucket, name = split_gcs(path)
+        found = _client().bucket(bucket).get_blob(name)
         return None if found is None else int(found.size)
     try:
         return os.path.getsize(path)
@@ -133,12 +133,23 @@ def remove(path: str) -> None:
         os.remove(path)
 
 
-def _publish(tmp: str, path: str) -> None:
-    # mkstemp creates 0600 files; give the result the mode a plain open() would.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
+def _write_local(path: str, write) -> None:
+    """Calls ``write(file)`` on a temporary file beside ``path``, then renames it into place."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+        # mkstemp creates 0600 files; give the result the mode a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def _file_md5(local_path: str) -> bytes:
@@ -163,18 +174,12 @@ def upload_file(local_path: str, path: str) -> None:
                 "run again." % (local_path, path, blob.md5_hash, expected)
             )
         return
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as out, open(local_path, "rb") as src:
-            for chunk in iter(lambda: src.read(1 << 20), b""):
-                out.write(chunk)
-        _publish(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+
+    def copy(out):
+        with open(local_path, "rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+
+    _write_local(path, copy)
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -183,17 +188,7 @@ def write_bytes(path: str, data: bytes) -> None:
         blob = _blob(path)
         blob.upload_from_string(data)
         return
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        _publish(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    _write_local(path, lambda out: out.write(data))
 
 
 def write_text(path: str, text: str) -> None:
