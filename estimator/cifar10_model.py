@@ -36,8 +36,8 @@ class ResNetCifar10(model_base.ResNet):
 
     def __init__(self, num_layers: int, is_training: bool, batch_norm_decay: float,
                  batch_norm_epsilon: float, data_format: str = "channels_first",
-                 version: str = "v1"):
-        super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon)
+                 version: str = "v1", precision: str = "fp32"):
+        super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision)
         self.n = check_depth(num_layers, version)
         self.version = version
         self.num_classes = fmt.NUM_CLASSES
@@ -48,13 +48,13 @@ class ResNetCifar10(model_base.ResNet):
         self.strides = [1, 2, 2]
 
     def forward_pass(self, x, input_data_format="channels_last"):
-        """Logits ``[batch, 10]`` for images ``x`` with values 0..255."""
+        """Float32 logits ``[batch, 10]`` for float32 images ``x`` with values 0..255."""
         if input_data_format not in model_base.DATA_FORMATS:
             raise ValueError("input_data_format %r is not one of %s."
                              % (input_data_format, model_base.DATA_FORMATS))
         if input_data_format != self._data_format:
             x = tf.transpose(x, [0, 3, 1, 2] if self._nchw else [0, 2, 3, 1])
-        x = x / 128.0 - 1.0  # as the original: inputs in [-1, 1)
+        x = tf.cast(x / 128.0 - 1.0, self.compute_dtype)  # as the original: inputs in [-1, 1)
 
         x = self._conv(x, 3, 16, 1, name="init_conv")
         if self.version == "v1":

@@ -15,15 +15,11 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from estimator import cifar10_model
+from estimator import cifar10_model, schedules
 from estimator import cluster as cluster_lib
+from estimator.model_base import COMPUTE_DTYPES
 
-# He et al. 2016 divide the rate by 10 at 32k and 48k iterations of batch 128
-# on 45k images; the original tutorial expressed that in epochs (82, 123) and
-# added a last decay at epoch 300, with rates x1, x0.1, x0.01, x0.002.
-DECAY_EPOCHS = (82, 123, 300)
-DECAY_FACTORS = (1.0, 0.1, 0.01, 0.002)
-
+EVAL_POLICIES = ("periodic", "final")
 
 @dataclass(frozen=True)
 class HParams:
@@ -37,11 +33,20 @@ class HParams:
     num_layers: int = 44
     resnet_version: str = "v1"
     train_steps: int = 80000
+    train_epochs: float = None
     train_batch_size: int = 128
     eval_batch_size: int = 100
     momentum: float = 0.9
     weight_decay: float = 2e-4
     learning_rate: float = 0.1
+    lr_schedule: str = "piecewise"
+    warmup_epochs: float = None
+    lr_scaling: str = "none"
+    nesterov: bool = False
+    label_smoothing: float = 0.0
+    precision: str = "fp32"
+    eval_policy: str = "periodic"
+    eval_flip_tta: bool = False
     use_distortion_for_training: bool = True
     sync: bool = False
     num_intra_threads: int = 0
@@ -85,12 +90,12 @@ def num_towers(hp: HParams) -> int:
 
 
 def examples_per_step(batch_size: int, num_workers: int, sync: bool) -> int:
-    """Training images behind one increment of the global step.
+    """Training images behind one increment of the global step (see ``schedules``)."""
+    return schedules.examples_per_step(batch_size, num_workers, sync)
 
-    Synchronous replicas apply one update aggregated from every worker's batch;
-    asynchronous workers each increment the global step for their own batch.
-    """
-    return batch_size * num_workers if sync else batch_size
+
+def global_batch(hp: HParams) -> int:
+    return examples_per_step(hp.train_batch_size, hp.num_workers, hp.sync)
 
 
 def learning_rate_schedule(learning_rate: float, num_train_examples: int, batch_size: int,
@@ -101,10 +106,22 @@ def learning_rate_schedule(learning_rate: float, num_train_examples: int, batch_
     and small batches too (the original used a hard-coded 45,000 images).
     """
     per_step = examples_per_step(batch_size, num_workers, sync)
-    steps_per_epoch = max(1, num_train_examples // per_step)
-    boundaries = [steps_per_epoch * epochs for epochs in DECAY_EPOCHS]
-    values = [learning_rate * factor for factor in DECAY_FACTORS]
-    return boundaries, values
+    boundaries = schedules.piecewise_boundaries(num_train_examples, per_step)
+    return boundaries, [learning_rate * factor for factor in schedules.DECAY_FACTORS]
+
+
+def schedule(hp: HParams) -> dict:
+    """Everything ``schedules.learning_rate`` needs, resolved from ``hp`` (and saved in hparams.json)."""
+    batch = global_batch(hp)
+    return {
+        "schedule": hp.lr_schedule,
+        "peak": schedules.peak_learning_rate(hp.learning_rate, batch, hp.lr_scaling),
+        "total_steps": hp.train_steps,
+        "warmup": schedules.warmup_steps(hp.lr_schedule, hp.warmup_epochs, hp.train_steps,
+                                         hp.num_train_examples, batch),
+        "boundaries": schedules.piecewise_boundaries(hp.num_train_examples, batch)
+        if hp.lr_schedule == "piecewise" else [],
+    }
 
 
 # -- flags ----------------------------------------------------------------------
@@ -124,6 +141,21 @@ def _bool(text: str) -> bool:
     if value in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError("%r is not a boolean: use true or false" % text)
+
+
+def _int(text: str) -> int:
+    """An integer flag that also takes ``256.0``: tuning services send integer
+    and discrete parameters that way."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not an integer" % text) from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError("%r is not a whole number" % text)
+    return int(value)
+
+
+_int.__name__ = "int"  # argparse names the type in its messages: "invalid int value"
 
 
 class _BoolFlag(argparse.Action):
@@ -168,53 +200,80 @@ def build_parser() -> argparse.ArgumentParser:
                    "Defaults to $AIP_MODEL_DIR's parent on Vertex AI.")
     p.add_argument("--variable-strategy", choices=["CPU", "GPU"], default=d.variable_strategy,
                    help="Where variables live: CPU (a parameter-server layout) or spread over the GPUs.")
-    p.add_argument("--num-gpus", type=int, default=d.num_gpus,
+    p.add_argument("--num-gpus", type=_int, default=d.num_gpus,
                    help="GPUs to use, one tower each; 0 trains on the CPU.")
-    p.add_argument("--num-cpu-towers", type=int, default=d.num_cpu_towers,
+    p.add_argument("--num-cpu-towers", type=_int, default=d.num_cpu_towers,
                    help="With --num-gpus 0: run N towers on N CPU devices (tests the multi-GPU "
                    "logic on machines without GPUs; no speed-up).")
-    p.add_argument("--num-layers", type=int, default=d.num_layers,
+    p.add_argument("--num-layers", type=_int, default=d.num_layers,
                    help="ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...")
     p.add_argument("--resnet-version", choices=list(cifar10_model.VERSIONS), default=d.resnet_version,
                    help="Residual unit: v1 (post-activation), v2 (pre-activation), bottleneck_v2 (9n+2).")
-    p.add_argument("--train-steps", type=int, default=d.train_steps,
-                   help="Global steps to train to (a restarted job resumes towards it).")
-    p.add_argument("--train-batch-size", type=int, default=d.train_batch_size,
+    p.add_argument("--train-steps", type=_int, default=None,
+                   help="Global steps to train to (a restarted job resumes towards it); default %d."
+                   % d.train_steps)
+    p.add_argument("--train-epochs", type=float, default=None,
+                   help="Train for this many passes over the training set instead of --train-steps "
+                   "(rounded up to whole global steps).")
+    p.add_argument("--train-batch-size", type=_int, default=d.train_batch_size,
                    help="Images per step on each worker, split over its towers.")
-    p.add_argument("--eval-batch-size", type=int, default=d.eval_batch_size,
+    p.add_argument("--eval-batch-size", type=_int, default=d.eval_batch_size,
                    help="Images per evaluation step, split over the towers.")
     p.add_argument("--momentum", type=float, default=d.momentum)
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
     p.add_argument("--learning-rate", type=float, default=d.learning_rate,
-                   help="Initial rate; decays x0.1, x0.01, x0.002 at epochs 82, 123, 300.")
+                   help="Peak rate (per %d images with --lr-scaling linear)." % schedules.REFERENCE_BATCH)
+    p.add_argument("--lr-schedule", choices=schedules.SCHEDULES, default=d.lr_schedule,
+                   help="piecewise: x0.1, x0.01, x0.002 after epochs 82, 123, 300 (the original); "
+                   "cosine: half a cosine to 0 at the last step; onecycle: linear up, then linear to 0.")
+    p.add_argument("--warmup-epochs", type=float, default=None,
+                   help="Linear warm-up to the peak rate over these epochs (default 0; onecycle: "
+                   "the first 20%% of training).")
+    p.add_argument("--lr-scaling", choices=schedules.SCALINGS, default=d.lr_scaling,
+                   help="linear: multiply --learning-rate by global batch / %d (Goyal et al. 2017)."
+                   % schedules.REFERENCE_BATCH)
+    p.add_argument("--nesterov", action=_BoolFlag, default=d.nesterov,
+                   help="Nesterov momentum.")
+    p.add_argument("--label-smoothing", type=float, default=d.label_smoothing,
+                   help="Training targets (1 - e) one-hot + e/10 (Szegedy et al. 2016); "
+                   "evaluation reports the plain cross-entropy.")
+    p.add_argument("--precision", choices=list(COMPUTE_DTYPES), default=d.precision,
+                   help="Compute dtype of the network: fp32; bf16 (CPUs with AVX512-BF16/AMX, recent GPUs); "
+                   "fp16 with dynamic loss scaling (GPUs). Variables and checkpoints stay float32.")
+    p.add_argument("--eval-policy", choices=EVAL_POLICIES, default=d.eval_policy,
+                   help="periodic: evaluate the validation split after each checkpoint (the original); "
+                   "final: train without stopping, then evaluate once (short runs).")
+    p.add_argument("--eval-flip-tta", action=_BoolFlag, default=d.eval_flip_tta,
+                   help="Also report the final test accuracy with flip test-time augmentation "
+                   "(mean of the image's and its mirror's probabilities), as accuracy_flip_tta.")
     p.add_argument("--use-distortion-for-training", action=_BoolFlag,
                    default=d.use_distortion_for_training,
                    help="Pad, randomly crop and flip training images.")
     p.add_argument("--sync", action="store_true",
                    help="Synchronous distributed training (one update from all workers).")
-    p.add_argument("--num-intra-threads", type=int, default=d.num_intra_threads,
+    p.add_argument("--num-intra-threads", type=_int, default=d.num_intra_threads,
                    help="Threads inside one op; 0 lets TensorFlow choose.")
-    p.add_argument("--num-inter-threads", type=int, default=d.num_inter_threads,
+    p.add_argument("--num-inter-threads", type=_int, default=d.num_inter_threads,
                    help="Ops run in parallel; 0 lets TensorFlow choose.")
     p.add_argument("--data-format", choices=["channels_first", "channels_last"], default=None,
                    help="Layout inside the model; default channels_first on GPUs, channels_last on CPUs.")
     p.add_argument("--log-device-placement", action="store_true")
     p.add_argument("--batch-norm-decay", type=float, default=d.batch_norm_decay)
     p.add_argument("--batch-norm-epsilon", type=float, default=d.batch_norm_epsilon)
-    p.add_argument("--seed", type=int, default=None,
+    p.add_argument("--seed", type=_int, default=None,
                    help="Fixes initialisation, shuffling and distortion.")
     p.add_argument("--deterministic", action="store_true",
                    help="Deterministic ops (with --seed: identical runs on the CPU).")
-    p.add_argument("--save-checkpoints-steps", type=int, default=None,
+    p.add_argument("--save-checkpoints-steps", type=_int, default=None,
                    help="Checkpoint (and then evaluate) every N steps instead of every "
                    "--save-checkpoints-secs.")
-    p.add_argument("--save-checkpoints-secs", type=int, default=d.save_checkpoints_secs)
-    p.add_argument("--eval-throttle-secs", type=int, default=d.eval_throttle_secs,
+    p.add_argument("--save-checkpoints-secs", type=_int, default=d.save_checkpoints_secs)
+    p.add_argument("--eval-throttle-secs", type=_int, default=d.eval_throttle_secs,
                    help="Do not evaluate more often than this.")
-    p.add_argument("--keep-checkpoint-max", type=int, default=d.keep_checkpoint_max)
-    p.add_argument("--log-every-n-steps", type=int, default=d.log_every_n_steps,
+    p.add_argument("--keep-checkpoint-max", type=_int, default=d.keep_checkpoint_max)
+    p.add_argument("--log-every-n-steps", type=_int, default=d.log_every_n_steps,
                    help="Log loss, learning rate, accuracy and examples/sec every N steps.")
-    p.add_argument("--ps-wait-secs", type=int, default=d.ps_wait_secs,
+    p.add_argument("--ps-wait-secs", type=_int, default=d.ps_wait_secs,
                    help="In a cluster, how long to wait for the parameter servers to answer before failing.")
     return p
 
@@ -232,7 +291,18 @@ def validate(args: argparse.Namespace, cluster: cluster_lib.Cluster, gpus_visibl
             raise ValueError("--%s %s must be positive." % (name, value))
 
     cifar10_model.check_depth(args.num_layers, args.resnet_version)
-    for name in ("train_steps", "train_batch_size", "eval_batch_size", "learning_rate",
+    if args.train_steps is not None and args.train_epochs is not None:
+        raise ValueError("--train-steps %d and --train-epochs %s both set the length of training: "
+                         "keep one." % (args.train_steps, args.train_epochs))
+    if args.train_epochs is not None:
+        positive("train-epochs", args.train_epochs)
+    if args.train_steps is not None:
+        positive("train-steps", args.train_steps)
+    if args.warmup_epochs is not None and args.warmup_epochs < 0:
+        raise ValueError("--warmup-epochs %s must not be negative." % args.warmup_epochs)
+    if not 0 <= args.label_smoothing < 1:
+        raise ValueError("--label-smoothing %s must be in [0, 1), e.g. 0.1." % args.label_smoothing)
+    for name in ("train_batch_size", "eval_batch_size", "learning_rate",
                  "batch_norm_epsilon", "log_every_n_steps", "keep_checkpoint_max"):
         positive(name.replace("_", "-"), getattr(args, name))
     if args.save_checkpoints_steps is not None:
@@ -279,13 +349,35 @@ def resolve_job_dir(job_dir):
     raise ValueError("--job-dir is required (or AIP_MODEL_DIR / AIP_CHECKPOINT_DIR on Vertex AI).")
 
 
+def resolve_train_steps(args: argparse.Namespace, num_workers: int, num_train_examples: int) -> int:
+    """--train-steps, or --train-epochs in global steps, or the default 80,000."""
+    if args.train_epochs is not None:
+        batch = examples_per_step(args.train_batch_size, num_workers, args.sync)
+        return schedules.epochs_to_steps(args.train_epochs, max(1, num_train_examples), batch)
+    return HParams.train_steps if args.train_steps is None else args.train_steps
+
+
+def check_schedule(hp: HParams) -> None:
+    """Raises ValueError when the warm-up leaves no steps for the schedule itself."""
+    warmup = schedule(hp)["warmup"]
+    if hp.lr_schedule != "piecewise" and warmup >= hp.train_steps:
+        raise ValueError(
+            "--warmup-epochs %s is %d steps, as long as the whole run (%d steps): the %s schedule "
+            "would never decay. Use fewer warm-up epochs or train longer."
+            % (hp.warmup_epochs, warmup, hp.train_steps, hp.lr_schedule))
+
+
 def from_args(args: argparse.Namespace, cluster: cluster_lib.Cluster, num_train_examples: int,
               gpus_visible: int) -> HParams:
     """Validates parsed flags and returns the frozen hyperparameters."""
+    args = argparse.Namespace(**vars(args))  # parsed flags are never mutated
     validate(args, cluster, gpus_visible)
+    args.train_steps = resolve_train_steps(args, cluster.num_workers, num_train_examples)
     data_format = args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last")
     fields = {f.name for f in dataclasses.fields(HParams)}
     values = {k: v for k, v in vars(args).items() if k in fields}
     values.update(job_dir=resolve_job_dir(args.job_dir), data_format=data_format,
                   num_workers=cluster.num_workers, num_train_examples=num_train_examples)
-    return HParams(**values)
+    hp = HParams(**values)
+    check_schedule(hp)
+    return hp

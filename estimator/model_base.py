@@ -14,12 +14,18 @@ v1 = tf.compat.v1
 
 DATA_FORMATS = ("channels_first", "channels_last")
 
+# --precision -> the dtype convolutions and activations compute in. Variables,
+# batch-norm statistics, logits and the loss stay float32 in every mode (the
+# Model Garden ``official/r1/resnet`` route), so checkpoints do not depend on
+# the precision that wrote them.
+COMPUTE_DTYPES = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
+
 
 class ResNet(object):
     """Layers and residual units shared by ResNet variants."""
 
     def __init__(self, is_training: bool, data_format: str, batch_norm_decay: float,
-                 batch_norm_epsilon: float):
+                 batch_norm_epsilon: float, precision: str = "fp32"):
         """
         Args:
           is_training: batch norm uses batch statistics and records moving averages.
@@ -27,9 +33,14 @@ class ResNet(object):
             (NHWC, 3.5x faster on this CPU: ../shared/TF215-NOTES.md).
           batch_norm_decay: decay of the moving mean and variance.
           batch_norm_epsilon: added to the variance to avoid dividing by zero.
+          precision: ``fp32``, ``bf16`` or ``fp16``: the compute dtype of the
+            convolutions (``COMPUTE_DTYPES``); variables stay float32.
         """
         if data_format not in DATA_FORMATS:
             raise ValueError("data_format %r is not one of %s." % (data_format, DATA_FORMATS))
+        if precision not in COMPUTE_DTYPES:
+            raise ValueError("precision %r is not one of %s." % (precision, ", ".join(COMPUTE_DTYPES)))
+        self.compute_dtype = COMPUTE_DTYPES[precision]
         self._is_training = is_training
         self._data_format = data_format
         self._batch_norm_decay = batch_norm_decay
@@ -70,6 +81,8 @@ class ResNet(object):
                 # He et al. 2015 (arXiv:1502.01852), the init the ResNet papers use.
                 initializer=v1.variance_scaling_initializer(scale=2.0, mode="fan_in",
                                                              distribution="truncated_normal"))
+        # A float32 variable cast where it is used: its gradient comes back float32.
+        kernel = tf.cast(kernel, x.dtype)
         return tf.nn.conv2d(x, kernel, self._strides(strides), padding,
                             data_format="NCHW" if self._nchw else "NHWC")
 
@@ -124,12 +137,14 @@ class ResNet(object):
         fast (4.4 ms against 4.3 ms forward and backward on [128, 32, 32, 16]).
         """
         channels = int(x.shape[self._channel_axis])
-        kernel = tf.fill([pool_size, pool_size, channels, 1], 1.0 / (pool_size * pool_size))
+        kernel = tf.fill([pool_size, pool_size, channels, 1],
+                         tf.constant(1.0 / (pool_size * pool_size), x.dtype))
         return tf.nn.depthwise_conv2d(x, kernel, self._strides(stride), "VALID",
                                       data_format="NCHW" if self._nchw else "NHWC")
 
     def _global_avg_pool(self, x):
-        return tf.reduce_mean(x, axis=[2, 3] if self._nchw else [1, 2])
+        """Averages each map in float32: the classifier and the loss stay float32."""
+        return tf.reduce_mean(tf.cast(x, tf.float32), axis=[2, 3] if self._nchw else [1, 2])
 
     def _pad_channels(self, x, in_filter: int, out_filter: int):
         pad = (out_filter - in_filter) // 2

@@ -22,7 +22,7 @@ import itertools
 import tensorflow as tf
 
 from estimator import cifar10_format as fmt
-from estimator import devices
+from estimator import devices, schedules
 from estimator import hooks as hooks_lib
 from estimator import hparams as hparams_lib
 from estimator.cifar10_model import ResNetCifar10
@@ -47,11 +47,17 @@ def example_weights(labels):
     return tf.cast(tf.not_equal(labels, fmt.PAD_LABEL), tf.float32)
 
 
-def per_example_cross_entropy(logits, labels):
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(labels, 0), logits=logits)
+def per_example_cross_entropy(logits, labels, label_smoothing: float = 0.0):
+    """Cross-entropy of each example; with smoothing ``e`` the target is (1 - e) one-hot + e / 10."""
+    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(labels, 0), logits=logits)
+    if not label_smoothing:
+        return xent
+    uniform = -tf.reduce_mean(tf.nn.log_softmax(logits), axis=1)
+    return (1.0 - label_smoothing) * xent + label_smoothing * uniform
 
 
-def tower_fn(model, images, labels, weight_decay: float, compute_gradients: bool = True):
+def tower_fn(model, images, labels, weight_decay: float, compute_gradients: bool = True,
+             label_smoothing: float = 0.0, optimizer=None):
     """Builds one tower.
 
     Args:
@@ -60,6 +66,10 @@ def tower_fn(model, images, labels, weight_decay: float, compute_gradients: bool
       labels: ``[b]`` int32, or None (PREDICT).
       weight_decay: L2 factor over all trainable variables (as the original).
       compute_gradients: also build the gradients of the loss.
+      label_smoothing: smooths the training targets; ``cross_entropy`` stays plain.
+      optimizer: when given, gradients come from its ``compute_gradients``
+        (the fp16 loss-scale optimizer scales the loss there and unscales the
+        gradients); else from ``tf.gradients``.
 
     Returns:
       A ``TowerOutput``; its loss fields and gradients are None without labels.
@@ -68,12 +78,19 @@ def tower_fn(model, images, labels, weight_decay: float, compute_gradients: bool
     if labels is None:
         return TowerOutput(logits, None, None, None)
     weights = example_weights(labels)
+    count = tf.reduce_sum(weights)
     cross_entropy = tf.math.divide_no_nan(
-        tf.reduce_sum(per_example_cross_entropy(logits, labels) * weights), tf.reduce_sum(weights))
+        tf.reduce_sum(per_example_cross_entropy(logits, labels) * weights), count)
+    objective = cross_entropy
+    if label_smoothing:
+        objective = tf.math.divide_no_nan(
+            tf.reduce_sum(per_example_cross_entropy(logits, labels, label_smoothing) * weights), count)
     params = v1.trainable_variables()
-    loss = cross_entropy + weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in params])
+    loss = objective + weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in params])
     grads_and_vars = None
-    if compute_gradients:
+    if compute_gradients and optimizer is not None:
+        grads_and_vars = optimizer.compute_gradients(loss, var_list=params)
+    elif compute_gradients:
         grads_and_vars = list(zip(tf.gradients(loss, params), params))
     return TowerOutput(logits, loss, cross_entropy, grads_and_vars)
 
@@ -102,7 +119,7 @@ def _sum_metric(values, name):
     return tf.identity(total), v1.assign_add(total, tf.reduce_sum(values))
 
 
-def build_towers(hp: hparams_lib.HParams, images, labels, mode):
+def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, reuse=False):
     """Runs ``tower_fn`` on each device; returns (tower outputs, first tower's update ops)."""
     is_training = mode == tf.estimator.ModeKeys.TRAIN
     tower_list = hparams_lib.tower_devices(hp.num_gpus, hp.num_cpu_towers)
@@ -112,14 +129,16 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode):
     outputs, update_ops = [], []
     for i, device in enumerate(tower_list):
         with tf.name_scope("tower_%d" % i) as scope, \
-                v1.variable_scope("resnet", reuse=bool(i)), \
+                v1.variable_scope("resnet", reuse=reuse or bool(i)), \
                 v1.device(devices.device_setter(device, params_device)):
             model = ResNetCifar10(hp.num_layers, is_training=is_training,
                                   batch_norm_decay=hp.batch_norm_decay,
                                   batch_norm_epsilon=hp.batch_norm_epsilon,
-                                  data_format=hp.data_format, version=hp.resnet_version)
+                                  data_format=hp.data_format, version=hp.resnet_version,
+                                  precision=hp.precision)
             outputs.append(tower_fn(model, image_shards[i], label_shards[i], hp.weight_decay,
-                                    compute_gradients=is_training))
+                                    compute_gradients=is_training, optimizer=optimizer,
+                                    label_smoothing=hp.label_smoothing if is_training else 0.0))
             if i == 0:
                 # Moving averages from the first tower only, as the original: they
                 # estimate the same statistics, and one update per step is cheaper.
@@ -127,10 +146,112 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode):
     return outputs, update_ops
 
 
+def loss_scale_optimizer(optimizer, precision: str):
+    """fp16 gets dynamic loss scaling (Micikevicius et al. 2018): the loss is
+    scaled up so small gradients survive in half precision, a step whose
+    gradients overflow is skipped (``global_step`` does not move) and halves
+    the scale, and 2,000 good steps in a row double it. bf16 has float32's
+    exponent range and needs none.
+
+    The loss-scale state lives in local variables: checkpoints hold the same
+    float32 variables whatever the precision, so a run can change --precision
+    on restart. A restarted fp16 job starts again from 2^15, which a few
+    skipped steps bring down to where it was.
+    """
+    if precision != "fp16":
+        return optimizer
+    scaled = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(optimizer, "dynamic")
+    _make_local(scaled.variables())
+    return scaled
+
+
+def _make_local(variables):
+    """Moves variables out of checkpoints: initialised in every session, never saved."""
+    global_vars = v1.get_collection_ref(v1.GraphKeys.GLOBAL_VARIABLES)
+    for var in variables:
+        global_vars.remove(var)
+        v1.add_to_collection(v1.GraphKeys.LOCAL_VARIABLES, var)
+
+
+def _training_spec(hp, features, labels, mode, config):
+    """Towers, the schedule, the optimizer step and training summaries."""
+    global_step = v1.train.get_or_create_global_step()
+    with v1.device(devices.consolidation_device(hp.variable_strategy)):
+        sched = hparams_lib.schedule(hp)
+        learning_rate = tf.identity(schedules.learning_rate(global_step, **sched), name="learning_rate")
+        base = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum, use_nesterov=hp.nesterov)
+        scaled = loss_scale_optimizer(base, hp.precision)
+    outputs, update_ops = build_towers(hp, features, labels, mode,
+                                       optimizer=scaled if scaled is not base else None)
+    with v1.device(devices.consolidation_device(hp.variable_strategy)):
+        logits = tf.concat([o.logits for o in outputs], axis=0)
+        classes = tf.argmax(logits, axis=1, output_type=tf.int32)
+        # Not named "loss": that name (and TensorBoard tag) is the Estimator's own.
+        loss = tf.reduce_mean([o.loss for o in outputs], name="total_loss")
+        correct = tf.cast(tf.equal(classes, labels), tf.float32)
+        train_accuracy = tf.reduce_mean(correct, name="train_accuracy")
+        cross_entropy = tf.reduce_mean([o.cross_entropy for o in outputs], name="cross_entropy")
+        gradvars = average_gradients([o.grads_and_vars for o in outputs])
+        optimizer = scaled
+        training_hooks = [v1.train.LoggingTensorHook(
+            {"learning_rate": learning_rate, "loss": loss, "cross_entropy": cross_entropy,
+             "train_accuracy": train_accuracy, "step": global_step},
+            every_n_iter=hp.log_every_n_steps)]
+        if hp.sync:
+            optimizer = v1.train.SyncReplicasOptimizer(
+                optimizer, replicas_to_aggregate=hp.num_workers, total_num_replicas=hp.num_workers)
+            training_hooks.append(hooks_lib.SyncReplicasHook(optimizer, config.is_chief if config else True,
+                                                             num_workers=hp.num_workers))
+        minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
+        train_op = tf.group(minimize, *update_ops)
+
+        # v1 summary tags are op-name scopes; a scope of their own keeps them
+        # from colliding with the named tensors above ("learning_rate_1").
+        with tf.name_scope("train"):
+            v1.summary.scalar("learning_rate", learning_rate)
+            v1.summary.scalar("accuracy", train_accuracy)
+            v1.summary.scalar("cross_entropy", cross_entropy)
+            v1.summary.image("images", tf.cast(features[:3], tf.uint8), max_outputs=3)
+            if scaled is not base:
+                train_op = _count_skipped_steps(train_op, gradvars, scaled)
+    predictions = {"classes": classes, "probabilities": tf.nn.softmax(logits, name="softmax_tensor")}
+    return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, train_op=train_op,
+                                      training_hooks=training_hooks)
+
+
+def _count_skipped_steps(train_op, gradvars, optimizer):
+    """Counts the fp16 steps the loss-scale optimizer skipped in this process; the count
+    and the loss scale go to TensorBoard."""
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in gradvars])
+    skipped = v1.get_variable("skipped_steps", [], tf.int64, initializer=v1.zeros_initializer(),
+                              trainable=False, collections=[v1.GraphKeys.LOCAL_VARIABLES])
+    count = v1.assign_add(skipped, tf.cast(tf.logical_not(finite), tf.int64))
+    scale = [v for v in optimizer.variables() if "current_loss_scale" in v.name][0]
+    v1.summary.scalar("loss_scale", scale)
+    v1.summary.scalar("skipped_steps", skipped)
+    return tf.group(train_op, count)
+
+
+def _flip_tta_accuracy(hp, images, labels, logits, weights):
+    """Accuracy of the mean of the probabilities of each image and its mirror image.
+
+    Training flips images at random, so the mirror is as good a view as the
+    original; reported beside the plain accuracy, never instead of it.
+    """
+    flipped, _ = build_towers(hp, tf.reverse(images, axis=[2]), labels, tf.estimator.ModeKeys.EVAL,
+                              reuse=True)
+    flipped_logits = tf.concat([o.logits for o in flipped], axis=0)
+    probabilities = tf.nn.softmax(logits) + tf.nn.softmax(flipped_logits)
+    return v1.metrics.accuracy(tf.maximum(labels, 0), tf.argmax(probabilities, axis=1, output_type=tf.int32),
+                               weights=weights)
+
+
 def model_fn(features, labels, mode, params, config=None):
     """The Estimator model function; ``params`` is an ``HParams``."""
     hp = params
-    outputs, update_ops = build_towers(hp, features, labels, mode)
+    if mode == tf.estimator.ModeKeys.TRAIN:
+        return _training_spec(hp, features, labels, mode, config)
+    outputs, _ = build_towers(hp, features, labels, mode)
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
         logits = tf.concat([o.logits for o in outputs], axis=0)
         predictions = {
@@ -143,48 +264,15 @@ def model_fn(features, labels, mode, params, config=None):
         # Not named "loss": that name (and TensorBoard tag) is the Estimator's own.
         loss = tf.reduce_mean([o.loss for o in outputs], name="total_loss")
         weights = example_weights(labels)
-        if mode == tf.estimator.ModeKeys.EVAL:
-            metrics = {
-                "accuracy": v1.metrics.accuracy(tf.maximum(labels, 0), predictions["classes"],
-                                                weights=weights),
-                # Exact over the images; the Estimator's "loss" averages batch losses.
-                "cross_entropy": v1.metrics.mean(per_example_cross_entropy(logits, labels),
-                                                 weights=weights),
-                "eval_examples": _sum_metric(weights, "eval_examples"),
-            }
-            return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions,
-                                              eval_metric_ops=metrics)
-
-        correct = tf.cast(tf.equal(predictions["classes"], labels), tf.float32)
-        train_accuracy = tf.reduce_mean(correct, name="train_accuracy")
-        cross_entropy = tf.reduce_mean([o.cross_entropy for o in outputs], name="cross_entropy")
-        gradvars = average_gradients([o.grads_and_vars for o in outputs])
-        global_step = v1.train.get_or_create_global_step()
-        boundaries, values = hparams_lib.learning_rate_schedule(
-            hp.learning_rate, hp.num_train_examples, hp.train_batch_size, hp.num_workers, hp.sync)
-        learning_rate = tf.identity(
-            v1.train.piecewise_constant(global_step, [tf.constant(b, tf.int64) for b in boundaries],
-                                        values),
-            name="learning_rate")
-        optimizer = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum)
-        training_hooks = [v1.train.LoggingTensorHook(
-            {"learning_rate": learning_rate, "loss": loss, "cross_entropy": cross_entropy,
-             "train_accuracy": train_accuracy, "step": global_step},
-            every_n_iter=hp.log_every_n_steps)]
-        if hp.sync:
-            optimizer = v1.train.SyncReplicasOptimizer(
-                optimizer, replicas_to_aggregate=hp.num_workers, total_num_replicas=hp.num_workers)
-            training_hooks.append(hooks_lib.SyncReplicasHook(optimizer, config.is_chief if config else True,
-                                                         num_workers=hp.num_workers))
-        minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
-        train_op = tf.group(minimize, *update_ops)
-
-        # v1 summary tags are op-name scopes; a scope of their own keeps them
-        # from colliding with the named tensors above ("learning_rate_1").
-        with tf.name_scope("train"):
-            v1.summary.scalar("learning_rate", learning_rate)
-            v1.summary.scalar("accuracy", train_accuracy)
-            v1.summary.scalar("cross_entropy", cross_entropy)
-            v1.summary.image("images", tf.cast(features[:3], tf.uint8), max_outputs=3)
-        return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, train_op=train_op,
-                                          training_hooks=training_hooks)
+        metrics = {
+            "accuracy": v1.metrics.accuracy(tf.maximum(labels, 0), predictions["classes"],
+                                            weights=weights),
+            # Exact over the images; the Estimator's "loss" averages batch losses.
+            "cross_entropy": v1.metrics.mean(per_example_cross_entropy(logits, labels),
+                                             weights=weights),
+            "eval_examples": _sum_metric(weights, "eval_examples"),
+        }
+        if hp.eval_flip_tta:
+            metrics["accuracy_flip_tta"] = _flip_tta_accuracy(hp, features, labels, logits, weights)
+        return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions,
+                                          eval_metric_ops=metrics)

@@ -77,13 +77,18 @@ def describe(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster) -> dict:
     towers = hparams_lib.tower_devices(hp.num_gpus, hp.num_cpu_towers)
     boundaries, values = hparams_lib.learning_rate_schedule(
         hp.learning_rate, hp.num_train_examples, hp.train_batch_size, hp.num_workers, hp.sync)
+    sched = hparams_lib.schedule(hp)
     return {
         "hparams": hp.to_dict(),
         "derived": {
             "towers": towers,
             "per_tower_batch_size": hp.train_batch_size // len(towers),
-            "learning_rate_boundaries": boundaries,
-            "learning_rate_values": values,
+            "global_batch_size": hparams_lib.global_batch(hp),
+            "learning_rate_schedule": sched["schedule"],
+            "peak_learning_rate": sched["peak"],
+            "warmup_steps": sched["warmup"],
+            "learning_rate_boundaries": boundaries if hp.lr_schedule == "piecewise" else [],
+            "learning_rate_values": values if hp.lr_schedule == "piecewise" else [],
         },
         "cluster": {"task_type": cluster.task_type, "task_index": cluster.task_index,
                     "num_workers": cluster.num_workers, "trial": cluster.trial},
@@ -114,7 +119,9 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
     if cluster.is_chief and cluster.task_type != "evaluator":
         write_json(storage.join(hp.job_dir, "hparams.json"), description)
 
-    estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=run_config(hp, cluster), params=hp)
+    config = run_config(hp, cluster)
+    # Flip test-time augmentation costs a second forward pass: only the final test evaluation pays it.
+    estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=config, params=hp.replace(eval_flip_tta=False))
     speed = hooks.ExamplesPerSecondHook(hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
     train_hooks = [speed]
     # Vertex AI's TensorBoard reads its own directory; the Estimator writes beside the checkpoints.
@@ -132,12 +139,22 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
                                       name=VALIDATION_SUBSET, exporters=[reporter],
                                       start_delay_secs=0, throttle_secs=hp.eval_throttle_secs)
     start = time.perf_counter()
-    tf.estimator.train_and_evaluate(estimator_, train_spec, eval_spec)
-    train_seconds = time.perf_counter() - start
+    if hp.eval_policy == "final" and not cluster.distributed:
+        # Short runs: no evaluation until training is done, then one on the validation split.
+        estimator_.train(train_spec.input_fn, max_steps=hp.train_steps, hooks=train_spec.hooks)
+        train_seconds = time.perf_counter() - start
+        validation = estimator_.evaluate(input_fn(hp, VALIDATION_SUBSET), name=VALIDATION_SUBSET)
+        reporter.export(estimator_, None, estimator_.latest_checkpoint(), validation, True)
+    else:
+        tf.estimator.train_and_evaluate(estimator_, train_spec, eval_spec)
+        train_seconds = time.perf_counter() - start
     if not cluster.is_chief or cluster.task_type == "evaluator":
         return None
 
-    test = estimator_.evaluate(input_fn(hp, TEST_SUBSET), name="test")
+    test_estimator = estimator_
+    if hp.eval_flip_tta:
+        test_estimator = tf.estimator.Estimator(model_fn=model_fn, config=config, params=hp)
+    test = test_estimator.evaluate(input_fn(hp, TEST_SUBSET), name="test")
     if reporter.results:
         validation = reporter.results[-1]
     else:
@@ -159,6 +176,8 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
         "examples_per_sec": None if rate is None else round(rate, 1),
         "train_seconds": round(train_seconds, 2),
     }
+    if "accuracy_flip_tta" in test:
+        results["accuracy_flip_tta"] = float(test["accuracy_flip_tta"])
     v1.logging.info("Final test evaluation at step %d: accuracy %.4f, loss %.4f on %d images",
                     results["global_step"], results["accuracy"], results["loss"], results["eval_examples"])
     write_json(storage.join(hp.job_dir, "results.json"), results)

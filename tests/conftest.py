@@ -9,6 +9,8 @@ import time
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# As estimator/__init__.py does, for test modules that import TensorFlow before the package.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.abspath(os.path.join(REPO, "..", "shared", "data"))

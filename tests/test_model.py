@@ -222,23 +222,59 @@ def test_learning_rate_decays_in_the_graph():
     np.testing.assert_allclose(got, [0.1, 0.1, 0.01, 0.01, 0.001, 0.001, 0.0002], rtol=1e-6)
 
 
-@pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
-def test_average_pool_is_exact_on_computed_inputs(data_format):
+# bf16 with channels_first is a GPU combination: TensorFlow's CPU depthwise
+# convolution in bf16 takes NHWC only.
+@pytest.mark.parametrize("data_format,precision", [("channels_last", "fp32"), ("channels_first", "fp32"),
+                                                   ("channels_last", "bf16")])
+def test_average_pool_is_exact_on_computed_inputs(data_format, precision):
     # TF 2.15's oneDNN AvgPool returned wrong values about one graph in three
     # on inputs computed in the same graph; several fresh graphs expose that.
-    from estimator.model_base import ResNet
+    from estimator.model_base import COMPUTE_DTYPES, ResNet
 
+    dtype = COMPUTE_DTYPES[precision]
     x = np.random.RandomState(0).randn(4, 16, 16, 8).astype(np.float32)
-    want = np.maximum(x, 0).reshape(4, 8, 2, 8, 2, 8).mean(axis=(2, 4))
+    # bf16 rounds the inputs (8-bit mantissa) and the mean of four: 2 * 2^-8 relative at most.
+    rounded = x if precision == "fp32" else tf.cast(tf.cast(x, tf.bfloat16), tf.float32).numpy()
+    want = np.maximum(rounded, 0).reshape(4, 8, 2, 8, 2, 8).mean(axis=(2, 4))
+    tol = 1e-6 if precision == "fp32" else 2 ** -7
     for _ in range(6):
         with tf.Graph().as_default():
-            net = ResNet(False, data_format, 0.9, 1e-5)
-            inputs = tf.nn.relu(tf.Variable(x))
+            net = ResNet(False, data_format, 0.9, 1e-5, precision)
+            inputs = tf.cast(tf.nn.relu(tf.Variable(x)), dtype)
             if data_format == "channels_first":
                 inputs = tf.transpose(inputs, [0, 3, 1, 2])
             pooled = net._avg_pool(inputs, 2, 2)
+            assert pooled.dtype == dtype
             if data_format == "channels_first":
                 pooled = tf.transpose(pooled, [0, 2, 3, 1])
             with v1.Session() as sess:
                 sess.run(v1.global_variables_initializer())
-                np.testing.assert_allclose(sess.run(pooled), want, rtol=1e-6, atol=1e-6)
+                got = sess.run(tf.cast(pooled, tf.float32))
+                np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_flip_tta_accuracy_equals_plain_accuracy_on_mirror_symmetric_images():
+    half = np.random.RandomState(2).uniform(0, 255, size=(6, 32, 16, 3)).astype(np.float32)
+    symmetric = np.concatenate([half, half[:, :, ::-1]], axis=2)  # each image is its own mirror
+    with tf.Graph().as_default():
+        v1.train.create_global_step()
+        labels = tf.constant([3, 1, 4, 1, 5, 9])
+        spec = model_fn(tf.constant(symmetric), labels, MODES.EVAL, hp(eval_flip_tta=True))
+        plain, tta = spec.eval_metric_ops["accuracy"], spec.eval_metric_ops["accuracy_flip_tta"]
+        # A second, reused set of towers: no new variables.
+        assert len([v for v in v1.trainable_variables()]) == count_params_of(8)
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            fc = [v for v in v1.global_variables() if v.op.name == "resnet/fc/kernel"][0]
+            fc.load(np.random.RandomState(1).normal(0, 0.5, fc.shape).astype(np.float32), sess)
+            sess.run([plain[1], tta[1]])
+            assert sess.run(plain[0]) == sess.run(tta[0])
+            # On images that are not symmetric the two can differ: the metric is computed, not copied.
+            logits = sess.run(spec.predictions["probabilities"])
+            assert logits.shape == (6, 10)
+
+
+def count_params_of(depth):
+    """Trainable variables of a v1 ResNet: 3 per conv+bn pair, 2 for the classifier."""
+    units = (depth - 2) // 6 * 3
+    return 3 + units * 2 * 3 + 2

@@ -131,3 +131,26 @@ def test_cli_bad_flag_exits_2_with_message(mini_records, tmp_path):
     rc, log = run_main("--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0",
                        "--num-layers", "45")
     assert rc == 2 and "num_layers=45 is not 6n+2" in log and "Traceback" not in log
+
+
+def test_short_run_recipe_flags_end_to_end(mini_records, tmp_path):
+    """The flags the recipes use: epochs, onecycle, smoothing, Nesterov, final-only evaluation, flip TTA."""
+    job = str(tmp_path / "job")
+    rc, log = run_main("--data-dir", mini_records, "--job-dir", job, "--num-gpus", "0", "--num-layers", "8",
+                       "--train-epochs", "0.5", "--train-batch-size", "64", "--lr-schedule", "onecycle",
+                       "--learning-rate", "0.2", "--label-smoothing", "0.1", "--nesterov",
+                       "--eval-policy", "final", "--eval-flip-tta", "--eval-batch-size", "200",
+                       "--save-checkpoints-steps", "10", "--log-every-n-steps", "8", "--seed", "5")
+    assert rc == 0, log[-3000:]
+    results = json.load(open(os.path.join(job, "results.json")))
+    assert results["global_step"] == 32  # 0.5 x 4,068 / 64 = 31.8, rounded up
+    assert 0 <= results["accuracy_flip_tta"] <= 1 and results["eval_examples"] == 1017
+    described = json.load(open(os.path.join(job, "hparams.json")))
+    assert described["hparams"]["lr_schedule"] == "onecycle" and described["hparams"]["train_epochs"] == 0.5
+    assert described["derived"]["warmup_steps"] == 6 and described["derived"]["peak_learning_rate"] == 0.2
+    # Checkpoints every 10 steps, but only the final evaluation ran.
+    assert [s for s, _ in events(os.path.join(job, "eval_validation"))["accuracy"]] == [32]
+    # Summaries every 8 steps: 6 warm-up steps up to 0.2, then linearly to 0 at step 32.
+    steps, rates = zip(*events(job)["train/learning_rate"])
+    assert steps == (1, 9, 17, 25)  # the Estimator files step s's summary under s + 1
+    np.testing.assert_allclose(rates, [0.2 / 6, 0.2 * 24 / 26, 0.2 * 16 / 26, 0.2 * 8 / 26], rtol=1e-6)

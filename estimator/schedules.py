@@ -1,0 +1,121 @@
+"""Learning-rate schedules, in global steps.
+
+``learning_rate(step, ...)`` builds the rate from TensorFlow ops, so the same
+function runs inside ``model_fn`` (graph mode) and eagerly in tests. The step
+numbers it needs come from the small pure functions above it.
+
+* ``piecewise``: the original tutorial's schedule (He et al. 2016 in epochs):
+  the rate times 1, 0.1, 0.01, 0.002 after epochs 82, 123 and 300.
+* ``cosine``: from the peak down to 0 at the last step along half a cosine
+  (Loshchilov & Hutter 2017, SGDR, without restarts).
+* ``onecycle``: up linearly during warm-up, then linearly down to 0 at the last
+  step (Smith & Topin 2018, "super-convergence"; the triangle airbench uses).
+
+Every schedule may start with a linear warm-up (Goyal et al. 2017): step ``s``
+of the ``W`` warm-up steps uses ``peak * (s + 1) / W``, so the last warm-up step
+reaches the peak. Piecewise boundaries follow the tutorial's convention: a
+boundary step still uses the rate before it.
+"""
+
+from __future__ import annotations
+
+import math
+
+SCHEDULES = ("piecewise", "cosine", "onecycle")
+SCALINGS = ("none", "linear")
+
+# He et al. 2016 divide the rate by 10 at 32k and 48k iterations of batch 128
+# on 45k images; the original tutorial expressed that in epochs (82, 123) and
+# added a last decay at epoch 300, with rates x1, x0.1, x0.01, x0.002.
+DECAY_EPOCHS = (82, 123, 300)
+DECAY_FACTORS = (1.0, 0.1, 0.01, 0.002)
+
+# The batch that --learning-rate refers to under --lr-scaling linear: the
+# tutorial's default rate 0.1 belongs to batch 128 (He et al. 2016). Goyal et
+# al. 2017 state the same rule per 256 images with rate 0.1 for ImageNet.
+REFERENCE_BATCH = 128
+
+# onecycle without --warmup-epochs rises over the first 20% of training
+# (airbench rises over about a fifth of its run).
+ONECYCLE_WARMUP_FRACTION = 0.2
+
+
+def examples_per_step(batch_size: int, num_workers: int, sync: bool) -> int:
+    """Training images behind one increment of the global step.
+
+    Synchronous replicas apply one update aggregated from every worker's batch;
+    asynchronous workers each increment the global step for their own batch.
+    """
+    return batch_size * num_workers if sync else batch_size
+
+
+def steps_per_epoch(num_train_examples: int, global_batch: int) -> int:
+    """Global steps in one pass over the training set (at least 1)."""
+    return max(1, num_train_examples // global_batch)
+
+
+def epochs_to_steps(epochs: float, num_train_examples: int, global_batch: int) -> int:
+    """Global steps for ``epochs`` passes over the training set, rounded up."""
+    return max(1, int(math.ceil(epochs * num_train_examples / global_batch - 1e-9)))
+
+
+def peak_learning_rate(learning_rate: float, global_batch: int, scaling: str = "none") -> float:
+    """The rate the schedule starts from (after warm-up): scaled with the batch if asked."""
+    if scaling not in SCALINGS:
+        raise ValueError("lr scaling %r is not one of %s." % (scaling, ", ".join(SCALINGS)))
+    if scaling == "linear":
+        return learning_rate * global_batch / REFERENCE_BATCH
+    return learning_rate
+
+
+def warmup_steps(schedule: str, warmup_epochs, total_steps: int, num_train_examples: int,
+                 global_batch: int) -> int:
+    """Warm-up length in global steps; ``warmup_epochs`` None means the schedule's default."""
+    if warmup_epochs is None:
+        if schedule == "onecycle":
+            return max(1, int(round(ONECYCLE_WARMUP_FRACTION * total_steps)))
+        return 0
+    if warmup_epochs == 0:
+        return 0
+    return min(total_steps, epochs_to_steps(warmup_epochs, num_train_examples, global_batch))
+
+
+def piecewise_boundaries(num_train_examples: int, global_batch: int):
+    """Global steps after which the piecewise schedule decays (epochs 82, 123, 300)."""
+    per_epoch = steps_per_epoch(num_train_examples, global_batch)
+    return [per_epoch * epochs for epochs in DECAY_EPOCHS]
+
+
+def learning_rate(step, schedule: str, peak: float, total_steps: int, warmup: int = 0,
+                  boundaries=()):
+    """The learning rate at global step ``step`` (an integer tensor), as a float32 tensor.
+
+    Args:
+      step: the global step being taken (0 for the first update).
+      schedule: one of ``SCHEDULES``.
+      peak: the rate after warm-up (``peak_learning_rate``).
+      total_steps: the run's last global step (``--train-steps``): cosine and
+        onecycle reach 0 there.
+      warmup: warm-up steps (``warmup_steps``).
+      boundaries: for ``piecewise``, the steps after which it decays.
+    """
+    import tensorflow as tf
+
+    if schedule not in SCHEDULES:
+        raise ValueError("lr schedule %r is not one of %s." % (schedule, ", ".join(SCHEDULES)))
+    # float64: exact at every step a run can reach; the rate is cast at the end.
+    s = tf.cast(step, tf.float64)
+    if schedule == "piecewise":
+        rate = tf.constant(peak * DECAY_FACTORS[0], tf.float64)
+        for boundary, factor in zip(boundaries, DECAY_FACTORS[1:]):
+            rate = tf.where(s > boundary, tf.constant(peak * factor, tf.float64), rate)
+    else:
+        span = float(max(1, total_steps - warmup))
+        progress = tf.clip_by_value((s - warmup) / span, 0.0, 1.0)
+        if schedule == "cosine":
+            rate = peak * 0.5 * (1.0 + tf.cos(math.pi * progress))
+        else:
+            rate = peak * (1.0 - progress)
+    if warmup > 0:
+        rate = tf.where(s < warmup, peak * (s + 1.0) / warmup, rate)
+    return tf.cast(rate, tf.float32)

@@ -1,0 +1,133 @@
+"""--precision: bf16 and fp16 compute, float32 variables and checkpoints, fp16 loss scaling.
+
+fp16 is meant for GPUs; here it runs on the CPU at graph level, which is
+enough to check the loss-scale variable, skipped steps and the global step.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator import train
+from estimator.cifar10_model import ResNetCifar10
+from estimator.hparams import HParams
+from estimator.model_fn import model_fn
+
+v1 = tf.compat.v1
+MODES = tf.estimator.ModeKeys
+
+
+def hp(**kw):
+    base = dict(data_dir="unused", job_dir="unused", num_gpus=0, num_layers=8, train_batch_size=6,
+                eval_batch_size=6, num_train_examples=4068, seed=1)
+    base.update(kw)
+    return HParams(**base)
+
+
+def logits_of(precision, images, values=None):
+    """Inference logits of ResNet-8; ``values`` loads the same weights into another precision."""
+    with tf.Graph().as_default():
+        with v1.variable_scope("resnet"):
+            model = ResNetCifar10(8, False, 0.9, 1e-5, "channels_last", precision=precision)
+            logits = model.forward_pass(tf.constant(images))
+        assert logits.dtype == tf.float32
+        assert all(v.dtype.base_dtype == tf.float32 for v in v1.global_variables())
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            if values is None:
+                # Larger classifier weights than the init's 0.01, so logits spread like a trained net's.
+                fc = [v for v in v1.global_variables() if v.op.name == "resnet/fc/kernel"][0]
+                fc.load(np.random.RandomState(1).normal(0, 0.5, fc.shape).astype(np.float32), sess)
+            else:
+                for var in v1.global_variables():
+                    var.load(values[var.op.name], sess)
+            return sess.run(logits), {v.op.name: sess.run(v) for v in v1.global_variables()}
+
+
+def test_bf16_logits_match_fp32_logits_of_the_same_weights():
+    images = np.random.RandomState(0).uniform(0, 255, size=(16, 32, 32, 3)).astype(np.float32)
+    fp32, values = logits_of("fp32", images)
+    bf16, _ = logits_of("bf16", images, values)
+    # bf16 keeps 8 mantissa bits (relative rounding 2^-9 per op); over 8 layers the
+    # logits (spread ~1.3) move by a few hundredths, and the predicted classes stay.
+    assert np.std(fp32) > 0.5
+    np.testing.assert_allclose(bf16, fp32, atol=0.08)
+    assert (bf16.argmax(1) == fp32.argmax(1)).mean() >= 0.9
+    assert np.abs(bf16 - fp32).max() > 0  # really computed in another precision
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_variables_stay_float32_and_compute_is_low_precision(precision):
+    with tf.Graph().as_default():
+        v1.train.create_global_step()
+        model_fn(tf.random.uniform([6, 32, 32, 3], 0, 255), tf.constant([1, 2, 3, 4, 5, 6]), MODES.TRAIN,
+                 hp(precision=precision))
+        graph = v1.get_default_graph()
+        floats = [v for v in v1.global_variables() if v.dtype.base_dtype.is_floating]
+        assert floats and all(v.dtype.base_dtype == tf.float32 for v in floats)
+        convs = [op for op in graph.get_operations() if op.type == "Conv2D"]
+        want = {"bf16": tf.bfloat16, "fp16": tf.float16}[precision]
+        assert convs and all(op.get_attr("T") == want for op in convs)
+        assert graph.get_tensor_by_name("total_loss:0").dtype == tf.float32
+
+
+def _fp16_step(images):
+    """One fp16 training step; returns (global step, skipped steps, loss scale) after it."""
+    with tf.Graph().as_default():
+        step = v1.train.create_global_step()
+        spec = model_fn(tf.constant(images), tf.constant([1, 2, 3, 4, 5, 6]), MODES.TRAIN, hp(precision="fp16"))
+        names = {v.op.name: v for v in v1.global_variables() + v1.local_variables()}
+        scale = [v for name, v in names.items() if name.endswith("current_loss_scale")][0]
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            assert sess.run(scale) == 2.0 ** 15
+            sess.run(spec.train_op)
+            return sess.run([step, names["skipped_steps"], scale])
+
+
+def test_fp16_good_step_updates_and_keeps_the_scale():
+    images = np.random.RandomState(0).uniform(0, 255, size=(6, 32, 32, 3)).astype(np.float32)
+    assert _fp16_step(images) == [1, 0, 2.0 ** 15]
+
+
+def test_fp16_overflow_skips_the_step_and_halves_the_scale():
+    # 1e9 overflows float16 (max 65,504) in the first layer: gradients are not finite.
+    images = np.full((6, 32, 32, 3), 1e9, np.float32)
+    assert _fp16_step(images) == [0, 1, 2.0 ** 14]
+
+
+def test_fp16_with_sync_replicas_builds():
+    # SyncReplicasOptimizer wraps the loss-scale optimizer (graph only: no cluster here).
+    with tf.Graph().as_default():
+        v1.train.create_global_step()
+        spec = model_fn(tf.zeros([6, 32, 32, 3]), tf.zeros([6], tf.int32), MODES.TRAIN,
+                        hp(precision="fp16", sync=True, num_workers=2))
+        assert spec.train_op is not None
+        # Local variables: checkpoints are the same in every precision.
+        names = [v.op.name for v in v1.local_variables()]
+        assert any(n.endswith("current_loss_scale") for n in names) and "skipped_steps" in names
+
+
+@pytest.mark.slow
+def test_checkpoints_carry_over_between_precisions(mini_records, tmp_path):
+    """bf16 writes a float32 checkpoint that fp32 evaluates and fp16 and fp32 train on from."""
+    job = str(tmp_path / "job")
+    base = hp(data_dir=mini_records, job_dir=job, train_batch_size=8, eval_batch_size=100)
+
+    def estimator(precision):
+        config = tf.estimator.RunConfig(model_dir=job, tf_random_seed=1, save_summary_steps=1000,
+                                        log_step_count_steps=1000)
+        return tf.estimator.Estimator(model_fn, config=config, params=base.replace(precision=precision))
+
+    estimator("bf16").train(train.input_fn(base, "train", seed=1), max_steps=2)
+    reader = tf.train.load_checkpoint(job)
+    dtypes = reader.get_variable_to_dtype_map()
+    assert {dtypes[n] for n in dtypes if n != "global_step"} == {tf.float32}
+    result = estimator("fp32").evaluate(train.input_fn(base, "validation"))
+    assert result["global_step"] == 2 and result["eval_examples"] == 1017
+    estimator("fp16").train(train.input_fn(base, "train", seed=2), max_steps=3)
+    estimator("fp32").train(train.input_fn(base, "train", seed=3), max_steps=4)
+    assert tf.train.load_checkpoint(job).get_tensor("global_step") == 4
+    json.dumps(result, default=float)  # metrics are plain numbers
