@@ -16,7 +16,7 @@ JOB_DIR ?= work/job
 # decay 0.9 lets the moving averages keep up in so short a run.
 RUN_FLAGS ?= --num-gpus 0 --num-layers 20 --train-steps 400 --batch-norm-decay 0.9 --seed 1
 
-.PHONY: venv run test lint bench clean
+.PHONY: venv run test lint bench bench-speed bench-recipes clean
 
 $(VENV)/.installed: setup.py requirements.txt requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,26 @@ bench: venv
 	  --source $(SHARED_DATA)/cifar-10-jpeg-python.tar.gz \
 	  --sha256 818d7f7e2356d667cc55e182d01757a60db5247f56f99ff29a9eade8536256f4
 	$(PY) -m benchmarks.keras_vs_estimator --data-dir $(FULL_DATA_DIR)
+
+# PyTorch only for the speed comparison (pinned to the build this machine has on disk).
+$(VENV)/.bench: $(VENV)/.installed requirements-bench.txt
+	$(PY) -m pip install --quiet -r requirements-bench.txt
+	touch $@
+
+$(FULL_DATA_DIR)/cifar10_manifest.json: | venv
+	$(PY) generate_cifar10_tfrecords.py --data-dir $(FULL_DATA_DIR) \
+	  --source $(SHARED_DATA)/cifar-10-jpeg-python.tar.gz \
+	  --sha256 818d7f7e2356d667cc55e182d01757a60db5247f56f99ff29a9eade8536256f4
+
+# Ours against Keras and PyTorch, fp32 and bf16 (about 25 minutes on an AVX2-only CPU, where
+# bf16 is emulated: hence fewer bf16 steps).
+bench-speed: $(VENV)/.bench $(FULL_DATA_DIR)/cifar10_manifest.json
+	$(PY) -m benchmarks.training_speed --data-dir $(FULL_DATA_DIR) --depths 20 56 --batch-sizes 128 256 \
+	  --steps 40 --bf16-steps 8 --rounds 2
+
+# Time to accuracy of the recipes (5 + 30 minutes and the final evaluations).
+bench-recipes: venv $(FULL_DATA_DIR)/cifar10_manifest.json
+	$(PY) -m benchmarks.recipes --data-dir $(FULL_DATA_DIR) recipes/cpu_5min.args recipes/cpu_30min.args
 
 clean:
 	rm -rf work

@@ -33,6 +33,12 @@ setup(
     extras_require={
         # Local installs; the cloud runtime (2.11 ... 2.15) brings its own TensorFlow.
         "tf": ["tensorflow-cpu>=2.11,<2.16"],
+        # benchmarks/training_speed.py compares against PyTorch; never needed to train.
+        "bench": ["torch>=2.1"],
+        # Pictures (predict's confusion matrix, tuning plots) and local tuning studies;
+        # the cloud trainer needs neither.
+        "tools": ["matplotlib>=3.5"],
+        "tune": ["optuna>=4.0", "matplotlib>=3.5"],
     },
     entry_points={
         "console_scripts": [

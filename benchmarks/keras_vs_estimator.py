@@ -61,6 +61,7 @@ def keras_resnet(num_layers, weight_decay, decay, epsilon):
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(10, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
                            kernel_regularizer=reg, bias_regularizer=reg)(x)
+    outputs = layers.Activation("linear", dtype="float32")(outputs)  # float32 logits under mixed policies
     return tf.keras.Model(inputs, outputs)
 
 
@@ -80,10 +81,15 @@ class _KerasSpeed(tf.keras.callbacks.Callback):
         return (self.steps - self.warmup) * self.batch_size / (self.end - self.start)
 
 
-def keras_rate(args):
+def keras_rate(args, policy="float32"):
+    """Steady-state images/s of ``model.fit``; ``policy`` is a Keras dtype policy (mixed_bfloat16)."""
     tf.keras.backend.clear_session()
     tf.keras.utils.set_random_seed(0)
-    model = keras_resnet(args.num_layers, 2e-4, args.batch_norm_decay, 1e-5)
+    tf.keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = keras_resnet(args.num_layers, 2e-4, args.batch_norm_decay, 1e-5)
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
     model.compile(optimizer=tf.keras.optimizers.SGD(0.1, momentum=0.9),
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     data = Cifar10DataSet(args.data_dir, "train", seed=0).dataset(args.batch_size)
@@ -92,10 +98,11 @@ def keras_rate(args):
     return speed.rate
 
 
-def estimator_rate(args):
+def estimator_rate(args, precision="fp32"):
+    """Steady-state images/s of our ``model_fn`` under ``Estimator.train``."""
     data = Cifar10DataSet(args.data_dir, "train", seed=0)
     hp = HParams(data_dir=args.data_dir, job_dir="", num_gpus=0, num_layers=args.num_layers,
-                 train_batch_size=args.batch_size, batch_norm_decay=args.batch_norm_decay,
+                 train_batch_size=args.batch_size, batch_norm_decay=args.batch_norm_decay, precision=precision,
                  data_format="channels_last", seed=0, log_every_n_steps=10 ** 6,
                  num_train_examples=data.num_examples_per_epoch())
     speed = hooks.ExamplesPerSecondHook(args.batch_size, every_n_steps=10 ** 6, warmup_steps=args.warmup)

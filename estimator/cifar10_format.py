@@ -21,6 +21,9 @@ DEPTH = 3
 IMAGE_BYTES = HEIGHT * WIDTH * DEPTH  # 3,072
 NUM_CLASSES = 10
 
+# Label names in class-id order, as batches.meta's label_names.
+CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
 IMAGE_KEY = "image"
 LABEL_KEY = "label"
 

@@ -40,6 +40,7 @@ class HParams:
     weight_decay: float = 2e-4
     learning_rate: float = 0.1
     lr_schedule: str = "piecewise"
+    lr_decay_steps: tuple = None
     warmup_epochs: float = None
     lr_scaling: str = "none"
     nesterov: bool = False
@@ -47,6 +48,7 @@ class HParams:
     precision: str = "fp32"
     eval_policy: str = "periodic"
     eval_flip_tta: bool = False
+    export: bool = True
     use_distortion_for_training: bool = True
     sync: bool = False
     num_intra_threads: int = 0
@@ -113,14 +115,21 @@ def learning_rate_schedule(learning_rate: float, num_train_examples: int, batch_
 def schedule(hp: HParams) -> dict:
     """Everything ``schedules.learning_rate`` needs, resolved from ``hp`` (and saved in hparams.json)."""
     batch = global_batch(hp)
+    boundaries, factors = [], []
+    if hp.lr_schedule == "piecewise" and hp.lr_decay_steps:
+        boundaries = list(hp.lr_decay_steps)
+        factors = schedules.step_decay_factors(len(boundaries))
+    elif hp.lr_schedule == "piecewise":
+        boundaries = schedules.piecewise_boundaries(hp.num_train_examples, batch)
+        factors = list(schedules.DECAY_FACTORS[1:])
     return {
         "schedule": hp.lr_schedule,
         "peak": schedules.peak_learning_rate(hp.learning_rate, batch, hp.lr_scaling),
         "total_steps": hp.train_steps,
         "warmup": schedules.warmup_steps(hp.lr_schedule, hp.warmup_epochs, hp.train_steps,
                                          hp.num_train_examples, batch),
-        "boundaries": schedules.piecewise_boundaries(hp.num_train_examples, batch)
-        if hp.lr_schedule == "piecewise" else [],
+        "boundaries": boundaries,
+        "factors": factors,
     }
 
 
@@ -226,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr-schedule", choices=schedules.SCHEDULES, default=d.lr_schedule,
                    help="piecewise: x0.1, x0.01, x0.002 after epochs 82, 123, 300 (the original); "
                    "cosine: half a cosine to 0 at the last step; onecycle: linear up, then linear to 0.")
+    p.add_argument("--lr-decay-steps", type=_int, nargs="+", default=None, metavar="STEP",
+                   help="piecewise only: divide the rate by 10 after each of these global steps "
+                   "(He et al. 2016: 32000 48000) instead of after epochs 82, 123, 300.")
     p.add_argument("--warmup-epochs", type=float, default=None,
                    help="Linear warm-up to the peak rate over these epochs (default 0; onecycle: "
                    "the first 20%% of training).")
@@ -246,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-flip-tta", action=_BoolFlag, default=d.eval_flip_tta,
                    help="Also report the final test accuracy with flip test-time augmentation "
                    "(mean of the image's and its mirror's probabilities), as accuracy_flip_tta.")
+    p.add_argument("--export", action=_BoolFlag, default=d.export,
+                   help="Export SavedModels: the best by validation accuracy after each evaluation "
+                   "(JOB_DIR/export/best/<timestamp>) and the last checkpoint (JOB_DIR/export/final/<timestamp>).")
     p.add_argument("--use-distortion-for-training", action=_BoolFlag,
                    default=d.use_distortion_for_training,
                    help="Pad, randomly crop and flip training images.")
@@ -300,6 +315,13 @@ def validate(args: argparse.Namespace, cluster: cluster_lib.Cluster, gpus_visibl
         positive("train-steps", args.train_steps)
     if args.warmup_epochs is not None and args.warmup_epochs < 0:
         raise ValueError("--warmup-epochs %s must not be negative." % args.warmup_epochs)
+    if args.lr_decay_steps is not None:
+        if args.lr_schedule != "piecewise":
+            raise ValueError("--lr-decay-steps sets the piecewise schedule's decays: drop it or use "
+                             "--lr-schedule piecewise (not %s)." % args.lr_schedule)
+        if any(b <= a for a, b in zip(args.lr_decay_steps, args.lr_decay_steps[1:])) or args.lr_decay_steps[0] < 1:
+            raise ValueError("--lr-decay-steps %s must be positive and increasing, e.g. 32000 48000."
+                             % " ".join(map(str, args.lr_decay_steps)))
     if not 0 <= args.label_smoothing < 1:
         raise ValueError("--label-smoothing %s must be in [0, 1), e.g. 0.1." % args.label_smoothing)
     for name in ("train_batch_size", "eval_batch_size", "learning_rate",
@@ -373,6 +395,8 @@ def from_args(args: argparse.Namespace, cluster: cluster_lib.Cluster, num_train_
     args = argparse.Namespace(**vars(args))  # parsed flags are never mutated
     validate(args, cluster, gpus_visible)
     args.train_steps = resolve_train_steps(args, cluster.num_workers, num_train_examples)
+    if args.lr_decay_steps is not None:
+        args.lr_decay_steps = tuple(args.lr_decay_steps)
     data_format = args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last")
     fields = {f.name for f in dataclasses.fields(HParams)}
     values = {k: v for k, v in vars(args).items() if k in fields}

@@ -110,6 +110,16 @@ def average_gradients(tower_grads_and_vars):
     return averaged
 
 
+def predictions_of(logits):
+    """What PREDICT returns and exports serve: class ids, their names, probabilities."""
+    classes = tf.argmax(logits, axis=1, output_type=tf.int32)
+    return {
+        "classes": classes,
+        "class_names": tf.gather(tf.constant(fmt.CLASS_NAMES), classes),
+        "probabilities": tf.nn.softmax(logits, name="softmax_tensor"),
+    }
+
+
 def _sum_metric(values, name):
     """A streaming sum, e.g. how many images an evaluation covered."""
     with v1.variable_scope(name):
@@ -185,7 +195,8 @@ def _training_spec(hp, features, labels, mode, config):
                                        optimizer=scaled if scaled is not base else None)
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
         logits = tf.concat([o.logits for o in outputs], axis=0)
-        classes = tf.argmax(logits, axis=1, output_type=tf.int32)
+        predictions = predictions_of(logits)
+        classes = predictions["classes"]
         # Not named "loss": that name (and TensorBoard tag) is the Estimator's own.
         loss = tf.reduce_mean([o.loss for o in outputs], name="total_loss")
         correct = tf.cast(tf.equal(classes, labels), tf.float32)
@@ -214,7 +225,6 @@ def _training_spec(hp, features, labels, mode, config):
             v1.summary.image("images", tf.cast(features[:3], tf.uint8), max_outputs=3)
             if scaled is not base:
                 train_op = _count_skipped_steps(train_op, gradvars, scaled)
-    predictions = {"classes": classes, "probabilities": tf.nn.softmax(logits, name="softmax_tensor")}
     return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, train_op=train_op,
                                       training_hooks=training_hooks)
 
@@ -254,10 +264,7 @@ def model_fn(features, labels, mode, params, config=None):
     outputs, _ = build_towers(hp, features, labels, mode)
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
         logits = tf.concat([o.logits for o in outputs], axis=0)
-        predictions = {
-            "classes": tf.argmax(logits, axis=1, output_type=tf.int32),
-            "probabilities": tf.nn.softmax(logits, name="softmax_tensor"),
-        }
+        predictions = predictions_of(logits)
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.estimator.EstimatorSpec(mode, predictions=predictions)
 

@@ -80,6 +80,11 @@ def warmup_steps(schedule: str, warmup_epochs, total_steps: int, num_train_examp
     return min(total_steps, epochs_to_steps(warmup_epochs, num_train_examples, global_batch))
 
 
+def step_decay_factors(num_boundaries: int):
+    """x0.1 after each of ``--lr-decay-steps`` (He et al. 2016: 0.1, 0.01)."""
+    return [0.1 ** (k + 1) for k in range(num_boundaries)]
+
+
 def piecewise_boundaries(num_train_examples: int, global_batch: int):
     """Global steps after which the piecewise schedule decays (epochs 82, 123, 300)."""
     per_epoch = steps_per_epoch(num_train_examples, global_batch)
@@ -87,7 +92,7 @@ def piecewise_boundaries(num_train_examples: int, global_batch: int):
 
 
 def learning_rate(step, schedule: str, peak: float, total_steps: int, warmup: int = 0,
-                  boundaries=()):
+                  boundaries=(), factors=DECAY_FACTORS[1:]):
     """The learning rate at global step ``step`` (an integer tensor), as a float32 tensor.
 
     Args:
@@ -98,6 +103,7 @@ def learning_rate(step, schedule: str, peak: float, total_steps: int, warmup: in
         onecycle reach 0 there.
       warmup: warm-up steps (``warmup_steps``).
       boundaries: for ``piecewise``, the steps after which it decays.
+      factors: for ``piecewise``, the rate after each boundary as a fraction of the peak.
     """
     import tensorflow as tf
 
@@ -107,7 +113,9 @@ def learning_rate(step, schedule: str, peak: float, total_steps: int, warmup: in
     s = tf.cast(step, tf.float64)
     if schedule == "piecewise":
         rate = tf.constant(peak * DECAY_FACTORS[0], tf.float64)
-        for boundary, factor in zip(boundaries, DECAY_FACTORS[1:]):
+        if len(factors) < len(boundaries):
+            raise ValueError("%d boundaries need %d factors, got %s." % (len(boundaries), len(boundaries), factors))
+        for boundary, factor in zip(boundaries, factors):
             rate = tf.where(s > boundary, tf.constant(peak * factor, tf.float64), rate)
     else:
         span = float(max(1, total_steps - warmup))

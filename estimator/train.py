@@ -20,6 +20,7 @@ from estimator import hooks, storage
 from estimator import hparams as hparams_lib
 from estimator.cifar10 import Cifar10DataSet
 from estimator.model_fn import model_fn
+from estimator.serving import exporters
 
 v1 = tf.compat.v1
 
@@ -75,8 +76,6 @@ def run_config(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster) -> tf.esti
 def describe(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster) -> dict:
     """What hparams.json records: the hyperparameters and the settings derived from them."""
     towers = hparams_lib.tower_devices(hp.num_gpus, hp.num_cpu_towers)
-    boundaries, values = hparams_lib.learning_rate_schedule(
-        hp.learning_rate, hp.num_train_examples, hp.train_batch_size, hp.num_workers, hp.sync)
     sched = hparams_lib.schedule(hp)
     return {
         "hparams": hp.to_dict(),
@@ -87,8 +86,9 @@ def describe(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster) -> dict:
             "learning_rate_schedule": sched["schedule"],
             "peak_learning_rate": sched["peak"],
             "warmup_steps": sched["warmup"],
-            "learning_rate_boundaries": boundaries if hp.lr_schedule == "piecewise" else [],
-            "learning_rate_values": values if hp.lr_schedule == "piecewise" else [],
+            "learning_rate_boundaries": sched["boundaries"],
+            "learning_rate_values": [sched["peak"]] + [sched["peak"] * f for f in sched["factors"]]
+            if sched["boundaries"] else [],
         },
         "cluster": {"task_type": cluster.task_type, "task_index": cluster.task_index,
                     "num_workers": cluster.num_workers, "trial": cluster.trial},
@@ -132,11 +132,12 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
             train_hooks.append(hooks.SummaryMirrorHook(tensorboard_dir, min(100, hp.log_every_n_steps)))
         eval_mirror = storage.join(tensorboard_dir, "eval_" + VALIDATION_SUBSET)
     reporter = hooks.EvalReporter(VALIDATION_SUBSET, mirror_dir=eval_mirror, trial=cluster.trial)
+    after_eval = [reporter] + ([exporters.BestAccuracyExporter(hp)] if hp.export else [])
     train_seed = None if hp.seed is None else hp.seed + _training_rank(cluster)
     train_spec = tf.estimator.TrainSpec(input_fn(hp, "train", seed=train_seed),
                                         max_steps=hp.train_steps, hooks=train_hooks)
     eval_spec = tf.estimator.EvalSpec(input_fn(hp, VALIDATION_SUBSET), steps=None,
-                                      name=VALIDATION_SUBSET, exporters=[reporter],
+                                      name=VALIDATION_SUBSET, exporters=after_eval,
                                       start_delay_secs=0, throttle_secs=hp.eval_throttle_secs)
     start = time.perf_counter()
     if hp.eval_policy == "final" and not cluster.distributed:
@@ -144,13 +145,16 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
         estimator_.train(train_spec.input_fn, max_steps=hp.train_steps, hooks=train_spec.hooks)
         train_seconds = time.perf_counter() - start
         validation = estimator_.evaluate(input_fn(hp, VALIDATION_SUBSET), name=VALIDATION_SUBSET)
-        reporter.export(estimator_, None, estimator_.latest_checkpoint(), validation, True)
+        for exporter in after_eval:
+            exporter.export(estimator_, None, estimator_.latest_checkpoint(), validation, True)
     else:
         tf.estimator.train_and_evaluate(estimator_, train_spec, eval_spec)
         train_seconds = time.perf_counter() - start
     if not cluster.is_chief or cluster.task_type == "evaluator":
         return None
 
+    if hp.export:
+        exporters.export_final(hp, estimator_.latest_checkpoint())
     test_estimator = estimator_
     if hp.eval_flip_tta:
         test_estimator = tf.estimator.Estimator(model_fn=model_fn, config=config, params=hp)

@@ -86,7 +86,7 @@ def test_model_fn_every_mode(towers, mode):
         images = tf.random.uniform([6, 32, 32, 3], 0, 255, seed=1)
         labels = tf.constant([3, 1, 4, 1, 5, -1], tf.int32) if mode != MODES.PREDICT else None
         spec = model_fn(images, labels, mode, hp(num_cpu_towers=towers))
-        assert set(spec.predictions) == {"classes", "probabilities"}
+        assert set(spec.predictions) == {"classes", "class_names", "probabilities"}
         assert spec.predictions["classes"].shape == (6,)
         assert spec.predictions["probabilities"].shape == (6, 10)
         assert (spec.train_op is not None) == (mode == MODES.TRAIN)

@@ -69,7 +69,7 @@ def test_train_epochs_and_schedule_land_in_hparams(mini_records, tmp_path):
     assert (hp.lr_schedule, hp.label_smoothing, hp.nesterov, hp.precision) == ("onecycle", 0.1, True, "bf16")
     sched = hparams_lib.schedule(hp)
     assert sched == {"schedule": "onecycle", "peak": pytest.approx(0.2), "total_steps": 32, "warmup": 6,
-                     "boundaries": []}
+                     "boundaries": [], "factors": []}
 
 
 def test_defaults_keep_the_original_schedule(mini_records, tmp_path):
@@ -79,7 +79,16 @@ def test_defaults_keep_the_original_schedule(mini_records, tmp_path):
     assert hparams_lib.schedule(hp)["boundaries"] == [31 * 82, 31 * 123, 31 * 300]
 
 
+def test_he2016_decay_steps(mini_records, tmp_path):
+    hp = parse(mini_records, tmp_path, "--lr-decay-steps", "32000", "48000", "--train-steps", "64000")
+    sched = hparams_lib.schedule(hp)
+    assert sched["boundaries"] == [32000, 48000] and sched["factors"] == pytest.approx([0.1, 0.01])
+    np.testing.assert_allclose(rates([32000, 32001, 48000, 48001], **sched), [0.1, 0.01, 0.01, 0.001], rtol=1e-6)
+
+
 @pytest.mark.parametrize("flags,message", [
+    (["--lr-decay-steps", "100", "50"], "--lr-decay-steps 100 50 must be positive and increasing"),
+    (["--lr-decay-steps", "100", "--lr-schedule", "cosine"], "--lr-decay-steps sets the piecewise"),
     (["--train-steps", "10", "--train-epochs", "1"], "--train-steps 10 and --train-epochs 1.0 both set"),
     (["--train-epochs", "0"], "--train-epochs 0.0 must be positive"),
     (["--lr-schedule", "cosine", "--train-steps", "10", "--warmup-epochs", "1"],

@@ -1,0 +1,72 @@
+"""Time to accuracy of the recipes: runs each as a user would, from a cold start.
+
+    python -m benchmarks.recipes --data-dir work/cifar-10-full recipes/cpu_5min.args
+    python -m benchmarks.recipes --data-dir D recipes/cpu_5min.args -- --num-layers 14   # a variant
+
+Each recipe runs as ``python -m estimator.cifar10_main @RECIPE --data-dir D
+--job-dir J [extra flags]`` in a fresh process; the wall time covers
+everything a user waits for: starting Python and TensorFlow, building the
+graph, training, and the final evaluations of the validation and test splits.
+Prints a table and writes JSON (with the CPU, since wall times depend on it).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks.common import print_machine, write_result
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
+    """Runs one recipe to the end; returns its results.json plus the wall time."""
+    command = [sys.executable, "-m", "estimator.cifar10_main", "@" + recipe, "--data-dir", data_dir,
+               "--job-dir", job_dir] + list(extra)
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit("%s failed (exit %d):\n%s" % (recipe, proc.returncode, proc.stderr[-3000:]))
+    with open(os.path.join(job_dir, "results.json")) as f:
+        results = json.load(f)
+    with open(os.path.join(job_dir, "hparams.json")) as f:
+        hparams = json.load(f)["hparams"]
+    return {"recipe": os.path.relpath(recipe, REPO), "extra_flags": list(extra), "wall_seconds": round(wall, 1),
+            "precision": hparams["precision"], "num_layers": hparams["num_layers"], **results}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("recipes", nargs="+", help="Flag files under recipes/.")
+    parser.add_argument("--data-dir", required=True, help="TFRecords of the full data set.")
+    parser.add_argument("--job-root", default=None, help="Where the jobs go (default: a temporary directory).")
+    parser.add_argument("--out", default="benchmarks/results/recipes.json")
+    argv = sys.argv[1:] if argv is None else argv
+    extra = []
+    if "--" in argv:
+        argv, extra = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    args = parser.parse_args(argv)
+    print_machine()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for recipe in args.recipes:
+            job = os.path.join(args.job_root or tmp, os.path.splitext(os.path.basename(recipe))[0])
+            row = run_recipe(os.path.abspath(recipe), os.path.abspath(args.data_dir), job, extra)
+            rows.append(row)
+            print("%-28s %-5s ResNet-%-3d steps %6d  wall %7.1f s  train %7.1f s  test acc %.4f  "
+                  "flip-TTA %s  validation %.4f" % (
+                      row["recipe"], row["precision"], row["num_layers"], row["global_step"],
+                      row["wall_seconds"], row["train_seconds"], row["accuracy"],
+                      "%.4f" % row["accuracy_flip_tta"] if "accuracy_flip_tta" in row else "-",
+                      row["validation_accuracy"]), flush=True)
+    write_result(args.out, {"data_dir": args.data_dir, "runs": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

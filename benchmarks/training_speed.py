@@ -1,0 +1,168 @@
+"""Training speed: ours against Keras ``model.fit`` and PyTorch, fp32 and bf16, in one run.
+
+    python -m benchmarks.training_speed --data-dir work/cifar-10-full
+    python -m benchmarks.training_speed --data-dir D --depths 20 56 --batch-sizes 128 256 --rounds 2
+
+For each depth, rounds alternate every trainer so all see the same machine load:
+our Estimator ``model_fn`` (``--precision fp32`` and ``bf16``), the same network
+in Keras ``model.fit`` (float32 and the ``mixed_bfloat16`` policy) and in
+PyTorch (float32 and ``torch.autocast('cpu', torch.bfloat16)``; only if torch is
+installed: ``pip install -e .[bench]``). All read the same TFRecords through the
+same input pipeline. The best round is reported. Each rate is also given as a
+fraction of the matrix-product FLOP/s measured at the start of the same run
+(2048x2048, fp32 and bf16), counting 3x the forward FLOPs per training image.
+The training input pipeline alone is timed too: it must stay well ahead (5x) of
+what the fastest trainer consumes.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+from benchmarks.common import print_machine, write_result
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+from benchmarks import keras_vs_estimator as kv  # noqa: E402
+from benchmarks.input_pipeline import images_per_second  # noqa: E402
+from estimator.cifar10 import Cifar10DataSet  # noqa: E402
+from estimator.cifar10_model import ResNetCifar10  # noqa: E402
+
+v1 = tf.compat.v1
+
+
+def matmul_gflops(dtype, n=2048, repeats=10) -> float:
+    a = tf.cast(tf.random.normal([n, n], seed=0), dtype)
+    f = tf.function(lambda: tf.matmul(a, a))
+    f().numpy()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        out = f()
+    out.numpy()
+    return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def forward_flops(num_layers: int) -> int:
+    """Floating-point operations of one image's forward pass, counted by TensorFlow's profiler."""
+    with tf.Graph().as_default() as graph:
+        model = ResNetCifar10(num_layers, False, 0.997, 1e-5, "channels_last")
+        model.forward_pass(tf.zeros([1, 32, 32, 3]))
+        opts = v1.profiler.ProfileOptionBuilder.float_operation()
+        opts["output"] = "none"
+        return v1.profiler.profile(graph, options=opts).total_float_ops
+
+
+def torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def trainers(with_torch: bool):
+    """name -> (precision, function of (args) returning images/s)."""
+    out = {
+        "ours fp32": ("fp32", lambda a: kv.estimator_rate(a, "fp32")),
+        "keras fp32": ("fp32", lambda a: kv.keras_rate(a, "float32")),
+        "ours bf16": ("bf16", lambda a: kv.estimator_rate(a, "bf16")),
+        "keras mixed_bfloat16": ("bf16", lambda a: kv.keras_rate(a, "mixed_bfloat16")),
+    }
+    if with_torch:
+        from benchmarks import torch_resnet
+
+        def torch_rate(a, bf16):
+            data = Cifar10DataSet(a.data_dir, "train", seed=0).dataset(a.batch_size)
+            return torch_resnet.rate(data, a.num_layers, a.batch_size, a.steps, a.warmup, bf16=bf16,
+                                     batch_norm_decay=a.batch_norm_decay)
+
+        out["pytorch fp32"] = ("fp32", lambda a: torch_rate(a, False))
+        out["pytorch bf16 autocast"] = ("bf16", lambda a: torch_rate(a, True))
+    return out
+
+
+RATIOS = [("ours bf16", "keras mixed_bfloat16", 1.2), ("ours bf16", "pytorch bf16 autocast", 1.4),
+          ("ours bf16", "ours fp32", 2.0), ("ours fp32", "keras fp32", 1.05), ("ours fp32", "pytorch fp32", None)]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--depths", type=int, nargs="+", default=[20, 56])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[128],
+                        help="Every trainer at the first; ours fp32 also at the others (the best batch).")
+    parser.add_argument("--batch-norm-decay", type=float, default=0.997)
+    parser.add_argument("--steps", type=int, default=40, help="Timed fp32 steps per round.")
+    parser.add_argument("--bf16-steps", type=int, default=None,
+                        help="Timed bf16 steps per round (default --steps; fewer where bf16 is emulated).")
+    parser.add_argument("--warmup", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-torch", action="store_true", help="Leave PyTorch out even if installed.")
+    parser.add_argument("--out", default="benchmarks/results/training_speed.json")
+    args = parser.parse_args(argv)
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+    print_machine()
+    peak = {"fp32": matmul_gflops(tf.float32), "bf16": matmul_gflops(tf.bfloat16)}
+    print("matmul 2048x2048: fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s" % (peak["fp32"], peak["bf16"]))
+    with_torch = torch_available() and not args.no_torch
+    if not with_torch:
+        print("PyTorch not installed (pip install -e .[bench]): its rows are left out.")
+    table = trainers(with_torch)
+    batch = args.batch_sizes[0]
+    result = {"matmul_gflops": {k: round(v, 1) for k, v in peak.items()}, "depths": {}}
+    for depth in args.depths:
+        flops = 3 * forward_flops(depth)  # forward + backward (twice the forward)
+        rounds = {name: [] for name in table}
+        extra = {b: [] for b in args.batch_sizes[1:]}
+        for r in range(args.rounds):
+            for name, (precision, fn) in table.items():
+                steps = args.steps if precision == "fp32" else (args.bf16_steps or args.steps)
+                rate = fn(argparse.Namespace(data_dir=args.data_dir, num_layers=depth, batch_size=batch, steps=steps,
+                                             warmup=args.warmup, batch_norm_decay=args.batch_norm_decay))
+                rounds[name].append(rate)
+                print("  round %d ResNet-%d %-22s %8.1f images/s" % (r + 1, depth, name, rate), flush=True)
+            for b in extra:
+                extra[b].append(kv.estimator_rate(argparse.Namespace(
+                    data_dir=args.data_dir, num_layers=depth, batch_size=b, steps=max(4, args.steps * batch // b),
+                    warmup=args.warmup, batch_norm_decay=args.batch_norm_decay), "fp32"))
+        best = {name: max(v) for name, v in rounds.items()}
+        print("\nResNet-%d, batch %d, %.1f MFLOP per training image, best of %d rounds"
+              % (depth, batch, flops / 1e6, args.rounds))
+        print("%-24s %10s %12s  %s" % ("trainer", "images/s", "of matmul", "rounds"))
+        rows = {}
+        for name, rate in best.items():
+            precision = table[name][0]
+            fraction = rate * flops / 1e9 / peak[precision]
+            rows[name] = {"images_per_sec": round(rate, 1), "rounds": [round(x, 1) for x in rounds[name]],
+                          "fraction_of_matmul_flops": round(fraction, 3)}
+            print("%-24s %10.1f %11.1f%%  %s" % (name, rate, 100 * fraction,
+                                                 " ".join("%.1f" % x for x in rounds[name])))
+        ratios = {}
+        for a, b, target in RATIOS:
+            if a in best and b in best:
+                ratios["%s / %s" % (a, b)] = {"ratio": round(best[a] / best[b], 3), "target": target}
+                print("%-44s %6.2f  %s" % ("%s / %s" % (a, b), best[a] / best[b],
+                                          "(target >= %.2f)" % target if target else ""))
+        for b, rates in extra.items():
+            print("ours fp32 at batch %d: %.1f images/s (rounds %s)"
+                  % (b, max(rates), " ".join("%.1f" % x for x in rates)))
+        result["depths"][str(depth)] = {"forward_flops": flops // 3, "batch_size": batch, "trainers": rows,
+                                        "ratios": ratios,
+                                        "ours_fp32_other_batches": {str(b): round(max(r), 1) for b, r in extra.items()}}
+    pipeline = images_per_second(Cifar10DataSet(args.data_dir, "train", seed=0).dataset(batch), batch, 150)
+    fastest = max(row["images_per_sec"] for d in result["depths"].values() for name, row in d["trainers"].items()
+                  if name.startswith("ours"))
+    print("\ninput pipeline (shuffle, crop, flip, batch %d): %.0f images/s, %.1fx what our fastest trainer consumed"
+          % (batch, pipeline, pipeline / fastest))
+    result["input_pipeline"] = {"images_per_sec": round(pipeline, 1),
+                                "over_fastest_trainer": round(pipeline / fastest, 1)}
+    result["settings"] = vars(args)
+    write_result(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
