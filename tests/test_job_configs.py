@@ -12,25 +12,29 @@ from estimator import hparams as hparams_lib
 from estimator.hooks import EvalReporter
 from tests.conftest import REPO
 
-DISCOVERY = os.path.join(os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents", "ml.v1.json")
-SCHEMAS = json.load(open(DISCOVERY))["schemas"]
+DOCUMENTS = os.path.join(os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents")
+SCHEMAS = json.load(open(os.path.join(DOCUMENTS, "ml.v1.json")))["schemas"]
+AIPLATFORM_SCHEMAS = json.load(open(os.path.join(DOCUMENTS, "aiplatform.v1.json")))["schemas"]
 
 
-def check(value, schema, path="", errors=None):
-    """Validates ``value`` against a discovery-document schema; returns the errors."""
+def check(value, schema, path="", errors=None, schemas=SCHEMAS):
+    """Validates ``value`` against a discovery-document schema; returns the errors.
+
+    Read-only fields (output only) count as unknown: a request must not set them.
+    """
     errors = [] if errors is None else errors
     if "$ref" in schema:
-        schema = SCHEMAS[schema["$ref"]]
+        schema = schemas[schema["$ref"]]
     kind = schema.get("type")
     if kind == "object":
         if not isinstance(value, dict):
             errors.append("%s: expected an object, got %r" % (path, value))
             return errors
         for key, item in value.items():
-            if key in schema.get("properties", {}):
-                check(item, schema["properties"][key], path + "." + key, errors)
+            if key in schema.get("properties", {}) and not schema["properties"][key].get("readOnly"):
+                check(item, schema["properties"][key], path + "." + key, errors, schemas)
             elif "additionalProperties" in schema:
-                check(item, schema["additionalProperties"], path + "." + key, errors)
+                check(item, schema["additionalProperties"], path + "." + key, errors, schemas)
             else:
                 errors.append("%s: unknown field %r" % (path, key))
     elif kind == "array":
@@ -38,7 +42,7 @@ def check(value, schema, path="", errors=None):
             errors.append("%s: expected a list" % path)
         else:
             for i, item in enumerate(value):
-                check(item, schema["items"], "%s[%d]" % (path, i), errors)
+                check(item, schema["items"], "%s[%d]" % (path, i), errors, schemas)
     elif kind == "string" and schema.get("format") in ("int64", "uint64"):
         # JSON carries 64-bit integers as strings; YAML configs give numbers.
         if isinstance(value, bool) or not (isinstance(value, int) or str(value).lstrip("-").isdigit()):

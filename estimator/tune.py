@@ -1,0 +1,109 @@
+"""Command line: a tuning study on this machine, from the YAML the cloud service took.
+
+    python -m estimator.tune --config hptuning_config.yaml --job-dir DIR \\
+        [--max-trials N] [--parallel-trials K] [--seed S] -- <trainer flags>
+
+Reads ``trainingInput.hyperparameters`` as AI Platform's service did and runs
+the study with Optuna (``estimator.tuning.study`` says how each setting maps).
+Trial ``ID`` writes to ``DIR/ID``; the study lives in ``DIR/study.db``; at the
+end ``DIR/trials.csv`` and ``DIR/study.png``. Running the same command again
+continues the study. Needs the ``[tune]`` extra (Optuna, matplotlib).
+
+Exit status: 0 when the study finished, 1 when too many trials failed, 2 for a
+configuration or flag it cannot honour (then nothing is created).
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from estimator.tuning import spec as spec_lib  # noqa: E402
+
+
+def split_argv(argv):
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def check_trainer_flags(trainer_flags, job_dir: str):
+    """The trainer's own parsing and checks (data present, flags valid); returns (hparams, option strings)."""
+    from estimator import cifar10_main, hparams
+
+    if any(f == "--job-dir" or f.startswith("--job-dir=") for f in trainer_flags):
+        raise spec_lib.SpecError("--job-dir goes before --: the study gives each trial its own directory.")
+    env_tf_config = os.environ.pop("TF_CONFIG", None)  # the study's trials get their own
+    try:
+        hp, _ = cifar10_main.parse(list(trainer_flags) + ["--job-dir", job_dir])
+    finally:
+        if env_tf_config is not None:
+            os.environ["TF_CONFIG"] = env_tf_config
+    options = set(hparams.build_parser()._option_string_actions)
+    return hp, options
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    own, trainer_flags = split_argv(argv)
+    parser = argparse.ArgumentParser(prog="python -m estimator.tune", description=__doc__.split("\n")[0],
+                                     usage="%(prog)s --config YAML --job-dir DIR [options] -- <trainer flags>")
+    parser.add_argument("--config", required=True, help="A job YAML with trainingInput.hyperparameters.")
+    parser.add_argument("--job-dir", required=True, help="The study's directory: study.db, one directory per trial.")
+    parser.add_argument("--max-trials", type=int, default=None, help="Overrides maxTrials.")
+    parser.add_argument("--parallel-trials", type=int, default=None,
+                        help="Trials at once (default maxParallelTrials, at most the number of cores); "
+                        "each gets its share of the cores.")
+    parser.add_argument("--seed", type=int, default=None, help="Seeds the sampler.")
+    args = parser.parse_args(own)
+    try:
+        if args.max_trials is not None and args.max_trials < 1:
+            raise spec_lib.SpecError("--max-trials %d must be at least 1." % args.max_trials)
+        if args.parallel_trials is not None and args.parallel_trials < 1:
+            raise spec_lib.SpecError("--parallel-trials %d must be at least 1." % args.parallel_trials)
+        training_input = spec_lib.load(args.config)
+        hp, options = check_trainer_flags(trainer_flags, args.job_dir)
+        study_spec = spec_lib.study_spec(training_input, options)
+    except spec_lib.SpecError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+
+    from estimator.tuning import report, study
+
+    max_trials = args.max_trials or study_spec.max_trials
+    if study_spec.algorithm == "GRID_SEARCH":
+        size = 1
+        for values in spec_lib.grid(study_spec.params).values():
+            size *= len(values)
+        max_trials = min(max_trials, size)
+    parallel = args.parallel_trials or min(study_spec.max_parallel_trials, os.cpu_count() or 1)
+    extra = study.trainer_defaults(trainer_flags, study_spec, parallel, hp.train_steps)
+    os.makedirs(args.job_dir, exist_ok=True)
+    coordinator = study.Coordinator(study_spec, args.job_dir, trainer_flags, max_trials, parallel, seed=args.seed,
+                                    extra_flags=extra)
+    print("Study %r in %s: %s, goal %s %s, %d trial(s), %d at a time%s" % (
+        coordinator.study_name, os.path.abspath(args.job_dir), study_spec.algorithm, study_spec.goal,
+        study_spec.metric, max_trials, parallel, ", early stopping (median rule)" if study_spec.early_stopping else ""))
+    status = 0
+    try:
+        result = coordinator.run()
+    except study.StudyFailed as e:
+        print("error: %s" % e, file=sys.stderr)
+        result, status = coordinator.open_study(), 1
+    except spec_lib.SpecError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    paths = report.write(args.job_dir, result, study_spec)
+    best = report.best_trial(result)
+    if best is not None:
+        print("Best trial %s: %s %.4f with %s" % (best.user_attrs["trial_id"], study_spec.metric, best.value,
+                                                 " ".join("--%s=%s" % kv for kv in best.user_attrs["values"].items())))
+        print("  python %s" % best.user_attrs["command"])
+    print("Wrote %s and %s" % (paths["csv"], paths["png"]))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,13 @@
+"""Hyperparameter tuning, from the ``hptuning_config.yaml`` users already have.
+
+* ``spec``: reads and checks ``trainingInput`` (machines) and
+  ``trainingInput.hyperparameters`` (the study) of AI Platform Training's
+  YAML, as the service read it; the one owner of that format.
+* ``study``: runs a study on this machine: Optuna decides, each trial is a
+  ``python -m estimator.cifar10_main`` process as the service ran it.
+* ``report``: the study's table, ``trials.csv`` and ``study.png``.
+* ``vertex``: the same files turned into Vertex AI ``CustomJobSpec`` and
+  ``HyperparameterTuningJob`` configs.
+
+Entry points: ``python -m estimator.tune`` and ``python -m estimator.vertex``.
+"""

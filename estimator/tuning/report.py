@@ -1,0 +1,107 @@
+"""What a study leaves for people: ``trials.csv``, ``study.png`` and the best trial's command."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+from estimator.tuning import spec as spec_lib
+
+TRIALS_CSV = "trials.csv"
+STUDY_PNG = "study.png"
+
+
+def rows(study, study_spec: spec_lib.StudySpec):
+    """One dict per trial: id, state, parameters (as the trainer got them), metric, seconds."""
+    out = []
+    for t in study.trials:
+        values = t.user_attrs.get("values", {})
+        row = {"trial": t.user_attrs.get("trial_id", str(t.number + 1)), "state": t.state.name}
+        for p in study_spec.params:
+            row[p.name] = values.get(p.name)
+        metric = t.value
+        if metric is None and t.intermediate_values:  # pruned: its last report
+            metric = t.intermediate_values[max(t.intermediate_values)]
+        row[study_spec.metric] = metric
+        row["seconds"] = t.user_attrs.get("seconds")
+        out.append(row)
+    return out
+
+
+def write_csv(path: str, table) -> None:
+    if not table:
+        return
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+
+
+def best_trial(study):
+    """The best COMPLETE trial, or None."""
+    from optuna.trial import TrialState
+
+    if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        return None
+    return study.best_trial
+
+
+def plot(path: str, table, study_spec: spec_lib.StudySpec) -> None:
+    """The metric against each parameter (log axes for log scales) and the optimisation history."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = study_spec.metric
+    scored = [r for r in table if r[metric] is not None]
+    panels = len(study_spec.params) + 1
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
+    colours = {"COMPLETE": "tab:blue", "PRUNED": "tab:orange"}
+    for ax, p in zip(axes[0], study_spec.params):
+        xs = [r[p.name] for r in scored]
+        if p.type == "CATEGORICAL":
+            positions = {v: i for i, v in enumerate(p.values)}
+            ax.set_xticks(range(len(p.values)), p.values)
+            xs = [positions[x] for x in xs]
+        elif p.scale == "UNIT_LOG_SCALE":
+            ax.set_xscale("log")
+        elif p.scale == "UNIT_REVERSE_LOG_SCALE":
+            # Dense near the top: plot the distance to lo + hi on a log axis, labelled in x.
+            ax.set_xscale("function", functions=(lambda x, s=p.min_value + p.max_value: _safe_log(s - x),
+                                                 lambda y, s=p.min_value + p.max_value: s - 10.0 ** y))
+        ax.scatter(xs, [r[metric] for r in scored], c=[colours.get(r["state"], "grey") for r in scored])
+        ax.set_xlabel(p.name + ("" if p.scale == "UNIT_LINEAR_SCALE" else " (%s)" % p.scale.lower()))
+        ax.set_ylabel(metric)
+    history = axes[0][-1]
+    ids = [int(r["trial"]) for r in scored]
+    values = [r[metric] for r in scored]
+    history.scatter(ids, values, c=[colours.get(r["state"], "grey") for r in scored])
+    best, best_so_far = None, []
+    for v in values:
+        better = best is None or (v > best if study_spec.goal == "MAXIMIZE" else v < best)
+        best = v if better else best
+        best_so_far.append(best)
+    history.step(ids, best_so_far, where="post", color="tab:green", label="best so far")
+    history.set_xlabel("trial")
+    history.set_ylabel(metric)
+    history.set_title("history (orange: pruned)")
+    history.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _safe_log(x):
+    import numpy as np
+
+    return np.log10(np.maximum(x, 1e-12))
+
+
+def write(job_dir: str, study, study_spec: spec_lib.StudySpec) -> dict:
+    """Writes trials.csv and study.png into ``job_dir``; returns their paths."""
+    table = rows(study, study_spec)
+    paths = {"csv": os.path.join(job_dir, TRIALS_CSV), "png": os.path.join(job_dir, STUDY_PNG)}
+    write_csv(paths["csv"], table)
+    plot(paths["png"], table, study_spec)
+    return paths

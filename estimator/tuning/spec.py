@@ -1,0 +1,202 @@
+"""AI Platform Training's job YAML (``trainingInput``), read and checked as the service did.
+
+``load(path)`` returns the ``trainingInput`` mapping; ``study_spec(training_input,
+trainer_flags)`` checks its ``hyperparameters`` and returns a ``StudySpec``. Every
+field is either honoured or refused with its name: a study that silently ignored
+a setting would answer another question than the one asked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import yaml
+
+GOALS = ("MAXIMIZE", "MINIMIZE")
+ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH")
+TYPES = ("DOUBLE", "INTEGER", "DISCRETE", "CATEGORICAL")
+SCALES = ("NONE", "UNIT_LINEAR_SCALE", "UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
+HYPERPARAMETER_FIELDS = ("goal", "hyperparameterMetricTag", "maxTrials", "maxParallelTrials", "maxFailedTrials",
+                         "enableTrialEarlyStopping", "resumePreviousJobId", "algorithm", "params")
+PARAM_FIELDS = ("parameterName", "type", "minValue", "maxValue", "discreteValues", "categoricalValues", "scaleType")
+# The metrics the trainer reports through cloudml-hypertune (estimator.hooks.EvalReporter).
+REPORTED_METRICS = ("accuracy",)
+
+
+class SpecError(ValueError):
+    """The YAML asks for something the study cannot honour; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str  # the trainer flag without "--", e.g. learning-rate
+    type: str
+    min_value: float = None
+    max_value: float = None
+    values: tuple = ()  # DISCRETE numbers or CATEGORICAL strings
+    scale: str = "UNIT_LINEAR_SCALE"
+
+    @property
+    def log(self) -> bool:
+        return self.scale in ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    goal: str
+    metric: str
+    max_trials: int
+    max_parallel_trials: int
+    max_failed_trials: int
+    max_failed_trials_given: bool
+    early_stopping: bool
+    resume_previous_job_id: str
+    algorithm: str
+    params: tuple = field(default_factory=tuple)
+
+
+def load(path: str) -> dict:
+    """The ``trainingInput`` mapping of a job YAML file."""
+    try:
+        with open(path) as f:
+            document = yaml.safe_load(f)
+    except OSError as e:
+        raise SpecError("cannot read %s: %s" % (path, e)) from None
+    except yaml.YAMLError as e:
+        raise SpecError("%s is not valid YAML: %s" % (path, e)) from None
+    if not isinstance(document, dict) or not isinstance(document.get("trainingInput"), dict):
+        raise SpecError("%s: expected a top-level trainingInput mapping, as in hptuning_config.yaml." % path)
+    return document["trainingInput"]
+
+
+def default_max_failed_trials(max_trials: int) -> int:
+    """maxFailedTrials 0 means "the service decides"; here: a quarter of maxTrials, at least 1."""
+    return max(1, int(math.ceil(max_trials / 4.0)))
+
+
+def _number(value, where):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError("%s: %r is not a number." % (where, value))
+    return value
+
+
+def _param(entry, index, trainer_flags) -> Param:
+    where = "trainingInput.hyperparameters.params[%d]" % index
+    if not isinstance(entry, dict):
+        raise SpecError("%s: expected a mapping with parameterName and type." % where)
+    unknown = sorted(set(entry) - set(PARAM_FIELDS))
+    if unknown:
+        raise SpecError("%s: unknown field %s (known: %s)." % (where, unknown[0], ", ".join(PARAM_FIELDS)))
+    name = entry.get("parameterName")
+    if not isinstance(name, str) or not name:
+        raise SpecError("%s.parameterName is missing." % where)
+    where = "%s (%s)" % (where, name)
+    if trainer_flags is not None and "--" + name not in trainer_flags:
+        raise SpecError("%s.parameterName: the trainer has no flag --%s (python -m estimator.cifar10_main --help)."
+                        % (where, name))
+    kind = entry.get("type")
+    if kind not in TYPES:
+        raise SpecError("%s.type %r is not one of %s." % (where, kind, ", ".join(TYPES)))
+    scale = entry.get("scaleType", "UNIT_LINEAR_SCALE")
+    if scale not in SCALES:
+        raise SpecError("%s.scaleType %r is not one of %s." % (where, scale, ", ".join(SCALES)))
+    if scale == "NONE":
+        scale = "UNIT_LINEAR_SCALE"
+    if kind in ("DOUBLE", "INTEGER"):
+        for key in ("discreteValues", "categoricalValues"):
+            if key in entry:
+                raise SpecError("%s.%s does not go with type %s: use minValue and maxValue." % (where, key, kind))
+        if "minValue" not in entry or "maxValue" not in entry:
+            raise SpecError("%s: type %s needs minValue and maxValue." % (where, kind))
+        lo, hi = _number(entry["minValue"], where + ".minValue"), _number(entry["maxValue"], where + ".maxValue")
+        if kind == "INTEGER" and not (float(lo).is_integer() and float(hi).is_integer()):
+            raise SpecError("%s: INTEGER bounds %r..%r must be whole numbers." % (where, lo, hi))
+        if lo > hi:
+            raise SpecError("%s: minValue %r is above maxValue %r." % (where, lo, hi))
+        if scale != "UNIT_LINEAR_SCALE" and lo <= 0:
+            raise SpecError("%s: scaleType %s needs a positive range, got minValue %r." % (where, scale, lo))
+        if kind == "INTEGER":
+            lo, hi = int(lo), int(hi)
+        return Param(name, kind, lo, hi, scale=scale)
+    if scale != "UNIT_LINEAR_SCALE":
+        raise SpecError("%s.scaleType %s: only DOUBLE and INTEGER parameters take a scale here (Optuna samples %s "
+                        "values as categories); remove it." % (where, scale, kind))
+    for key in ("minValue", "maxValue"):
+        if key in entry:
+            raise SpecError("%s.%s does not go with type %s." % (where, key, kind))
+    if kind == "DISCRETE":
+        values = entry.get("discreteValues")
+        if not isinstance(values, list) or not values:
+            raise SpecError("%s: type DISCRETE needs a non-empty discreteValues list." % where)
+        values = [_number(v, where + ".discreteValues") for v in values]
+        if any(b <= a for a, b in zip(values, values[1:])):
+            raise SpecError("%s.discreteValues %s must be strictly increasing." % (where, values))
+        return Param(name, kind, values=tuple(values))
+    values = entry.get("categoricalValues")
+    if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+        raise SpecError("%s: type CATEGORICAL needs a non-empty categoricalValues list of strings." % where)
+    if len(set(values)) != len(values):
+        raise SpecError("%s.categoricalValues %s has duplicates." % (where, values))
+    return Param(name, kind, values=tuple(values))
+
+
+def study_spec(training_input: dict, trainer_flags=None) -> StudySpec:
+    """Checks ``trainingInput.hyperparameters``; ``trainer_flags`` (option strings) checks parameter names."""
+    hp = training_input.get("hyperparameters")
+    if not isinstance(hp, dict):
+        raise SpecError("trainingInput.hyperparameters is missing: this file configures no tuning study.")
+    unknown = sorted(set(hp) - set(HYPERPARAMETER_FIELDS))
+    if unknown:
+        raise SpecError("trainingInput.hyperparameters: unknown field %s (known: %s)."
+                        % (unknown[0], ", ".join(HYPERPARAMETER_FIELDS)))
+    where = "trainingInput.hyperparameters."
+    goal = hp.get("goal")
+    if goal not in GOALS:
+        raise SpecError("%sgoal %r is not one of %s." % (where, goal, ", ".join(GOALS)))
+    metric = hp.get("hyperparameterMetricTag", "accuracy")
+    if metric not in REPORTED_METRICS:
+        raise SpecError("%shyperparameterMetricTag %r: the trainer reports %s." % (where, metric,
+                                                                                   ", ".join(REPORTED_METRICS)))
+    counts = {}
+    for key, default in (("maxTrials", 1), ("maxParallelTrials", 1), ("maxFailedTrials", 0)):
+        value = hp.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "maxFailedTrials" else 1):
+            raise SpecError("%s%s %r must be a whole number of at least %d." % (
+                where, key, value, 0 if key == "maxFailedTrials" else 1))
+        counts[key] = value
+    algorithm = hp.get("algorithm", "ALGORITHM_UNSPECIFIED")
+    if algorithm not in ALGORITHMS:
+        raise SpecError("%salgorithm %r is not one of %s." % (where, algorithm, ", ".join(ALGORITHMS)))
+    early = hp.get("enableTrialEarlyStopping", False)
+    if not isinstance(early, bool):
+        raise SpecError("%senableTrialEarlyStopping %r must be true or false." % (where, early))
+    resume = hp.get("resumePreviousJobId")
+    if resume is not None and (not isinstance(resume, str) or not resume):
+        raise SpecError("%sresumePreviousJobId %r must be a study name." % (where, resume))
+    entries = hp.get("params")
+    if not isinstance(entries, list) or not entries:
+        raise SpecError("%sparams must list at least one parameter." % where)
+    params = tuple(_param(entry, i, trainer_flags) for i, entry in enumerate(entries))
+    names = [p.name for p in params]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise SpecError("%sparams: %s is given twice." % (where, duplicated[0]))
+    if algorithm == "GRID_SEARCH":
+        doubles = [p.name for p in params if p.type == "DOUBLE"]
+        if doubles:
+            raise SpecError("%salgorithm GRID_SEARCH takes INTEGER, DISCRETE and CATEGORICAL parameters only; "
+                            "%s is DOUBLE: make it DISCRETE or pick another algorithm." % (where, doubles[0]))
+    failed = counts["maxFailedTrials"] or default_max_failed_trials(counts["maxTrials"])
+    return StudySpec(goal=goal, metric=metric, max_trials=counts["maxTrials"],
+                     max_parallel_trials=counts["maxParallelTrials"], max_failed_trials=failed,
+                     max_failed_trials_given=bool(counts["maxFailedTrials"]), early_stopping=early,
+                     resume_previous_job_id=resume, algorithm=algorithm, params=params)
+
+
+def grid(params) -> dict:
+    """GRID_SEARCH's search space: every INTEGER in its range, every DISCRETE and CATEGORICAL value."""
+    space = {}
+    for p in params:
+        space[p.name] = list(range(p.min_value, p.max_value + 1)) if p.type == "INTEGER" else list(p.values)
+    return space

@@ -1,0 +1,75 @@
+"""Command line: Vertex AI job configs from the YAML files of AI Platform Training.
+
+    python -m estimator.vertex custom-job --config cmle_config.yaml \\
+        --package-uri gs://B/cifar10-resnet-estimator-0.2.0.tar.gz --output job.yaml \\
+        [--region R] [--image-uri IMAGE] [--base-output-dir gs://B/jobs/J] -- <trainer flags>
+    python -m estimator.vertex hp-tuning-job --config hptuning_config.yaml \\
+        --package-uri ... --output hp.yaml [...] -- <trainer flags>
+
+Writes the YAML that ``gcloud ai custom-jobs create --config`` (a ``CustomJobSpec``)
+or ``gcloud ai hp-tuning-jobs create --config`` (a ``HyperparameterTuningJob``)
+takes, then prints the exact gcloud command. AI Platform Training itself was
+shut down on 2025-01-31; its YAML stays the format (``estimator.tuning``).
+"""
+
+import argparse
+import os
+import sys
+
+import yaml
+
+from estimator.tuning import spec as spec_lib
+from estimator.tuning import vertex
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    own, trainer_flags = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(prog="python -m estimator.vertex", description=__doc__.split("\n")[0])
+    parser.add_argument("kind", choices=["custom-job", "hp-tuning-job"])
+    parser.add_argument("--config", required=True, help="cmle_config.yaml or hptuning_config.yaml.")
+    parser.add_argument("--package-uri", default=None, help="gs:// URI of the package's sdist.")
+    parser.add_argument("--image-uri", default=None,
+                        help="A container of your own with the package installed (instead of the prebuilt image).")
+    parser.add_argument("--output", required=True, help="The YAML file to write.")
+    parser.add_argument("--region", default="us-central1")
+    parser.add_argument("--display-name", default="cifar10-resnet")
+    parser.add_argument("--base-output-dir", default=None,
+                        help="gs:// directory for the job's outputs (Vertex AI sets AIP_MODEL_DIR under it).")
+    args = parser.parse_args(own)
+    try:
+        training_input = spec_lib.load(args.config)
+        if args.kind == "custom-job":
+            training_input = {k: v for k, v in training_input.items() if k != "hyperparameters"}
+            config = vertex.custom_job_spec(training_input, args.package_uri, trainer_flags, args.base_output_dir,
+                                            args.image_uri)
+            command = ("gcloud ai custom-jobs create --region %s --display-name %s --config %s"
+                       % (args.region, args.display_name, args.output))
+        else:
+            from estimator import hparams
+
+            options = set(hparams.build_parser()._option_string_actions)
+            study_spec = spec_lib.study_spec(training_input, options)
+            machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}
+            config = vertex.hyperparameter_tuning_job(machines, study_spec, args.package_uri, trainer_flags,
+                                                      args.display_name, args.base_output_dir, args.image_uri)
+            command = ("gcloud ai hp-tuning-jobs create --region %s --display-name %s --config %s"
+                       % (args.region, args.display_name, args.output))
+    except spec_lib.SpecError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    temporary = args.output + ".tmp"
+    with open(temporary, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    os.replace(temporary, args.output)
+    if not args.image_uri:
+        print("note: %s is Google's prebuilt TensorFlow 2.15 image (%s); if it can no longer be pulled, build a "
+              "container of your own and pass --image-uri (README, Vertex AI)." % (
+                  vertex.PREBUILT_GPU_IMAGE if "NVIDIA" in str(config) else vertex.PREBUILT_CPU_IMAGE,
+                  vertex.PREBUILT_SUPPORT), file=sys.stderr)
+    print("Wrote %s. Submit it with:\n  %s" % (args.output, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

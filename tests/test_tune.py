@@ -1,0 +1,193 @@
+"""Local tuning studies: real trials of a tiny ResNet, as the service ran them."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+# ResNet-8, 16 steps of batch 32: each trial is a real training run of a few seconds.
+TRAINER = ["--num-gpus", "0", "--num-layers", "8", "--train-steps", "16", "--train-batch-size", "32",
+           "--eval-batch-size", "339", "--batch-norm-decay", "0.9", "--log-every-n-steps", "8", "--seed", "1"]
+
+
+def write_config(path, **hyperparameters):
+    document = {"trainingInput": {"scaleTier": "BASIC", "hyperparameters": dict(
+        {"goal": "MAXIMIZE", "hyperparameterMetricTag": "accuracy"}, **hyperparameters)}}
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def tune(config, job_dir, data_dir, *options, trainer=TRAINER, timeout=600):
+    command = [sys.executable, "-m", "estimator.tune", "--config", config, "--job-dir", job_dir] + list(options) \
+        + ["--", "--data-dir", data_dir] + list(trainer)
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def trials(job_dir):
+    with open(os.path.join(job_dir, "trials.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_three_trial_study_with_every_parameter_type(mini_records, tmp_path):
+    config = write_config(tmp_path / "hp.yaml", maxTrials=3, maxParallelTrials=1, params=[
+        {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.01, "maxValue": 0.3,
+         "scaleType": "UNIT_LOG_SCALE"},
+        {"parameterName": "momentum", "type": "DOUBLE", "minValue": 0.8, "maxValue": 0.95,
+         "scaleType": "UNIT_REVERSE_LOG_SCALE"},
+        {"parameterName": "warmup-epochs", "type": "INTEGER", "minValue": 0, "maxValue": 1},
+        {"parameterName": "weight-decay", "type": "DISCRETE", "discreteValues": [0.0001, 0.0005]},
+        {"parameterName": "lr-schedule", "type": "CATEGORICAL", "categoricalValues": ["cosine", "onecycle"]}])
+    job = str(tmp_path / "study")
+    rc, out, err = tune(config, job, mini_records, "--seed", "3")
+    assert rc == 0, out + err
+    rows = trials(job)
+    assert [r["trial"] for r in rows] == ["1", "2", "3"] and {r["state"] for r in rows} == {"COMPLETE"}
+    for r in rows:
+        # What the trial's trainer resolved is what the study drew, and the metric is its last report.
+        described = json.load(open(os.path.join(job, r["trial"], "hparams.json")))["hparams"]
+        assert described["learning_rate"] == pytest.approx(float(r["learning-rate"]))
+        assert 0.01 <= described["learning_rate"] <= 0.3 and 0.8 <= described["momentum"] <= 0.95
+        assert described["momentum"] == pytest.approx(float(r["momentum"]))
+        assert described["warmup_epochs"] in (0.0, 1.0) and described["weight_decay"] in (0.0001, 0.0005)
+        assert described["lr_schedule"] == r["lr-schedule"]
+        results = json.load(open(os.path.join(job, r["trial"], "results.json")))
+        assert float(r["accuracy"]) == pytest.approx(results["validation_accuracy"], abs=1e-6)
+        metrics = open(os.path.join(job, r["trial"], "hypertune", "output.metrics")).read().splitlines()
+        assert json.loads(metrics[-1])["trial"] == r["trial"]
+    best = max(rows, key=lambda r: float(r["accuracy"]))
+    assert "Best trial %s: accuracy %.4f" % (best["trial"], float(best["accuracy"])) in out
+    assert "estimator.cifar10_main" in out.split("Best trial")[1]
+    assert open(os.path.join(job, "study.png"), "rb").read(4) == b"\x89PNG"
+
+
+def test_resume_after_the_coordinator_is_killed(mini_records, tmp_path):
+    config = write_config(tmp_path / "hp.yaml", maxTrials=3, maxFailedTrials=2, algorithm="RANDOM_SEARCH", params=[
+        {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.05, "maxValue": 0.1}])
+    job = str(tmp_path / "study")
+    command = [sys.executable, "-m", "estimator.tune", "--config", config, "--job-dir", job, "--seed", "1", "--",
+               "--data-dir", mini_records] + TRAINER
+    coordinator = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    # Kill the coordinator while trial 2 runs (trial 1 is finished).
+    while not os.path.exists(os.path.join(job, "2", "trial.log")) and time.time() < deadline:
+        time.sleep(0.2)
+    coordinator.kill()
+    coordinator.wait()
+    first = os.path.getmtime(os.path.join(job, "1", "results.json"))
+    time.sleep(1)
+    rc, out, err = tune(config, job, mini_records, "--seed", "1")
+    assert rc == 0, out + err
+    assert "trial 2 was left running by an earlier coordinator: recorded as failed" in out
+    assert "3 trial(s)" in out and "Continuing study" in out
+    rows = trials(job)
+    assert [(r["trial"], r["state"]) for r in rows] == [("1", "COMPLETE"), ("2", "FAIL"), ("3", "COMPLETE")]
+    assert os.path.getmtime(os.path.join(job, "1", "results.json")) == first  # never run again
+    assert os.path.isdir(os.path.join(job, "2"))  # kept
+    assert not os.path.exists(os.path.join(job, "2", "results.json"))  # its trainer died with the coordinator
+    # Running it once more adds nothing: the study is complete.
+    rc, out, _ = tune(config, job, mini_records)
+    assert rc == 0 and len(trials(job)) == 3
+
+
+def test_failing_trials_are_recorded_and_limited(mini_records, tmp_path):
+    # num-layers 9 is not 6n+2: that trial's trainer exits with status 2.
+    params = [{"parameterName": "num-layers", "type": "DISCRETE", "discreteValues": [8, 9]}]
+    config = write_config(tmp_path / "grid.yaml", maxTrials=5, maxFailedTrials=2, algorithm="GRID_SEARCH",
+                          params=params)
+    job = str(tmp_path / "study")
+    rc, out, err = tune(config, job, mini_records)
+    assert rc == 0, out + err
+    states = {r["num-layers"]: r["state"] for r in trials(job)}
+    assert states == {"8": "COMPLETE", "9": "FAIL"}  # the grid has 2 points: 2 trials, not 5
+    assert "failed (exit status 2)" in out and "num_layers=9 is not 6n+2" in out
+
+    config = write_config(tmp_path / "strict.yaml", maxTrials=2, maxFailedTrials=1, algorithm="GRID_SEARCH",
+                          params=[{"parameterName": "num-layers", "type": "DISCRETE", "discreteValues": [9, 15]}])
+    rc, out, err = tune(config, str(tmp_path / "strict"), mini_records)
+    assert rc == 1 and "1 trial(s) failed, the study's limit (maxFailedTrials 1)" in err
+
+
+def test_median_rule_stops_a_trial_worse_at_the_same_step(mini_records, tmp_path):
+    # Trial 1 learns (rate 0.2); trial 2 cannot (rate 1e-9): at the steps where both
+    # report, trial 2 is below trial 1, so the median rule stops it.
+    config = write_config(tmp_path / "hp.yaml", maxTrials=2, enableTrialEarlyStopping=True, algorithm="GRID_SEARCH",
+                          params=[{"parameterName": "learning-rate", "type": "DISCRETE",
+                                   "discreteValues": [1e-9, 0.2]}])
+    job = str(tmp_path / "study")
+    trainer = [f for f in TRAINER] + ["--use-distortion-for-training", "false"]
+    trainer[trainer.index("--train-steps") + 1] = "48"
+    rc, out, err = tune(config, job, mini_records, "--seed", "1", trainer=trainer)
+    assert rc == 0, out + err
+    rows = trials(job)
+    assert [r["learning-rate"] for r in rows] == ["0.2", "1e-09"], "the grid's order for seed 1 changed"
+    assert [r["state"] for r in rows] == ["COMPLETE", "PRUNED"]
+    # Reports came at fixed steps (a quarter of 48): trial 1 at all four, trial 2 stopped early.
+    reports = [json.loads(line)["global_step"] for line in
+               open(os.path.join(job, "1", "hypertune", "output.metrics"))]
+    assert reports == ["12", "24", "36", "48"]
+    assert not os.path.exists(os.path.join(job, "2", "results.json"))
+
+
+@pytest.mark.parametrize("param,message", [
+    ({"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.5, "maxValue": 0.1},
+     "minValue 0.5 is above maxValue 0.1"),
+    ({"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0, "maxValue": 0.1,
+      "scaleType": "UNIT_LOG_SCALE"}, "scaleType UNIT_LOG_SCALE needs a positive range"),
+    ({"parameterName": "num-layers", "type": "DISCRETE", "discreteValues": [20, 8]},
+     "discreteValues \\[20, 8\\] must be strictly increasing"),
+    ({"parameterName": "learning-rate", "type": "FLOAT", "minValue": 0.1, "maxValue": 0.2}, "type 'FLOAT' is not"),
+    ({"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2, "scale": "LOG"},
+     "unknown field scale"),
+    ({"parameterName": "learning-rat", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2},
+     "the trainer has no flag --learning-rat"),
+])
+def test_bad_configs_are_refused_before_any_trial(mini_records, tmp_path, param, message):
+    import re
+
+    config = write_config(tmp_path / "hp.yaml", maxTrials=2, params=[param])
+    job = str(tmp_path / "study")
+    rc, out, err = tune(config, job, mini_records, timeout=120)
+    assert rc == 2 and re.search(message, err), err
+    assert not os.path.exists(job)  # no study, no trial directory
+
+
+def test_grid_search_with_a_double_is_refused(mini_records, tmp_path):
+    config = write_config(tmp_path / "hp.yaml", algorithm="GRID_SEARCH", params=[
+        {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2}])
+    rc, _, err = tune(config, str(tmp_path / "study"), mini_records, timeout=120)
+    assert rc == 2 and "GRID_SEARCH takes INTEGER, DISCRETE and CATEGORICAL parameters only" in err
+    assert not os.path.exists(str(tmp_path / "study"))
+
+
+def test_unknown_hyperparameters_field_is_refused(tmp_path, mini_records):
+    config = tmp_path / "hp.yaml"
+    config.write_text(yaml.safe_dump({"trainingInput": {"hyperparameters": {
+        "goal": "MAXIMIZE", "maxTrial": 3, "params": [
+            {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2}]}}}))
+    rc, _, err = tune(str(config), str(tmp_path / "study"), mini_records, timeout=120)
+    assert rc == 2 and "unknown field maxTrial" in err
+
+
+def test_parallel_trials_share_the_cores(mini_records, tmp_path):
+    config = write_config(tmp_path / "hp.yaml", maxTrials=2, maxParallelTrials=2, algorithm="RANDOM_SEARCH",
+                          params=[{"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.05,
+                                   "maxValue": 0.1}])
+    job = str(tmp_path / "study")
+    rc, out, err = tune(config, job, mini_records, "--parallel-trials", "2")
+    assert rc == 0, out + err
+    cores = os.cpu_count()
+    for trial in ("1", "2"):
+        described = json.load(open(os.path.join(job, trial, "hparams.json")))["hparams"]
+        assert described["num_intra_threads"] == max(1, cores // 2) and described["num_inter_threads"] == 1
+    assert {r["state"] for r in trials(job)} == {"COMPLETE"}
