@@ -38,6 +38,10 @@ def _missing(data_dir: str, what: str) -> MissingDataError:
     )
 
 
+class CorruptDataError(MissingDataError):
+    """The TFRecords disagree with the manifest written beside them."""
+
+
 def read_manifest(data_dir: str):
     """The parsed manifest of ``data_dir``, or None for records without one."""
     path = storage.join(data_dir, fmt.MANIFEST_NAME)
@@ -112,6 +116,33 @@ class Cifar10DataSet(object):
         if not data_dir or not storage.exists(self.get_filenames()[0]):
             raise _missing(data_dir, fmt.record_filename(subset))
         self._manifest = read_manifest(data_dir)
+
+    def verify(self, count_records: bool = True) -> None:
+        """Checks the subset's file against the manifest: its size, and (local files) its record count.
+
+        An interrupted copy or a replaced file would otherwise train for hours and
+        then fail in the evaluation ("DataLossError: truncated record"), or
+        silently use other data.
+
+        Raises:
+          CorruptDataError: naming the file, both numbers, and the command that rewrites the records.
+        """
+        if self._manifest is None:
+            return  # records of the original tool: nothing to compare with
+        path = self.get_filenames()[0]
+        entry = self._manifest["files"][fmt.record_filename(self.subset)]
+        fix = ("Rewrite the records: python generate_cifar10_tfrecords.py --data-dir=%s --overwrite (with the "
+               "--source you used)." % self.data_dir)
+        found = storage.size(path)
+        if found != int(entry["bytes"]):
+            raise CorruptDataError("%s holds %s bytes but %s says %s: the file is truncated or was replaced. %s"
+                                   % (path, format(found, ","), fmt.MANIFEST_NAME, format(int(entry["bytes"]), ","),
+                                      fix))
+        if count_records and not storage.is_gcs(path):
+            count = sum(1 for _ in tf.compat.v1.io.tf_record_iterator(path))
+            if count != int(entry["examples"]):
+                raise CorruptDataError("%s holds %s records but %s says %s. %s" % (
+                    path, format(count, ","), fmt.MANIFEST_NAME, format(int(entry["examples"]), ","), fix))
 
     def get_filenames(self):
         return [storage.join(self.data_dir, fmt.record_filename(self.subset))]

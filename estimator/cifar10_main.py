@@ -16,6 +16,7 @@ from estimator import cluster as cluster_lib  # noqa: E402
 from estimator import hparams as hparams_lib  # noqa: E402
 from estimator import storage, train  # noqa: E402
 from estimator.cifar10 import Cifar10DataSet, MissingDataError  # noqa: E402
+from estimator.health import nonfinite  # noqa: E402
 
 
 def parse(argv=None):
@@ -27,14 +28,17 @@ def parse(argv=None):
         num_train = 0
         if cluster.task_type != "ps":  # a parameter server reads no data
             train_data = Cifar10DataSet(args.data_dir, "train")
+            train_data.verify()
             for subset in (train.VALIDATION_SUBSET, train.TEST_SUBSET):
-                Cifar10DataSet(args.data_dir, subset)
+                # Before the first step: a bad evaluation file would otherwise fail after training.
+                Cifar10DataSet(args.data_dir, subset).verify()
             num_train = train_data.num_examples_per_epoch()
         hp = hparams_lib.from_args(args, cluster, num_train, hparams_lib.visible_gpus())
     except (ValueError, MissingDataError) as e:
         parser.error(str(e))
-    if cluster.trial:
-        # Parallel tuning trials must never share a checkpoint directory.
+    if cluster.trial and args.job_dir:
+        # Parallel tuning trials must never share a checkpoint directory. Vertex AI's
+        # AIP_CHECKPOINT_DIR / AIP_MODEL_DIR are per trial already (BASE/<trial>/...).
         hp = hp.replace(job_dir=storage.join(hp.job_dir, cluster.trial))
     return hp, cluster
 
@@ -50,7 +54,11 @@ def main(argv=None) -> int:
         except cluster_lib.UnreachableError as e:
             print("error: %s" % e, file=sys.stderr)
             return 1
-    train.run(hp, cluster)
+    try:
+        train.run(hp, cluster)
+    except nonfinite.NonFiniteError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return nonfinite.EXIT_STATUS
     return 0
 
 

@@ -26,6 +26,7 @@ from estimator import devices, schedules
 from estimator import hooks as hooks_lib
 from estimator import hparams as hparams_lib
 from estimator.cifar10_model import ResNetCifar10
+from estimator.health import nonfinite
 
 v1 = tf.compat.v1
 
@@ -203,6 +204,8 @@ def _training_spec(hp, features, labels, mode, config):
         train_accuracy = tf.reduce_mean(correct, name="train_accuracy")
         cross_entropy = tf.reduce_mean([o.cross_entropy for o in outputs], name="cross_entropy")
         gradvars = average_gradients([o.grads_and_vars for o in outputs])
+        if hp.precision != "fp16":
+            nonfinite.add_gradient_flags(gradvars)
         optimizer = scaled
         training_hooks = [v1.train.LoggingTensorHook(
             {"learning_rate": learning_rate, "loss": loss, "cross_entropy": cross_entropy,

@@ -19,6 +19,7 @@ from estimator import cluster as cluster_lib
 from estimator import hooks, storage
 from estimator import hparams as hparams_lib
 from estimator.cifar10 import Cifar10DataSet
+from estimator.health import nonfinite
 from estimator.model_fn import model_fn
 from estimator.serving import exporters
 
@@ -123,7 +124,8 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
     # Flip test-time augmentation costs a second forward pass: only the final test evaluation pays it.
     estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=config, params=hp.replace(eval_flip_tta=False))
     speed = hooks.ExamplesPerSecondHook(hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
-    train_hooks = [speed]
+    # First in the list: it must see a NaN before the Estimator's own NanTensorHook does.
+    train_hooks = [nonfinite.NonFiniteHook(hp.job_dir), speed]
     # Vertex AI's TensorBoard reads its own directory; the Estimator writes beside the checkpoints.
     tensorboard_dir = os.environ.get("AIP_TENSORBOARD_LOG_DIR")
     eval_mirror = None

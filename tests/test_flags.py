@@ -97,6 +97,11 @@ def test_tuning_trial_gets_its_own_job_dir(mini_records, tmp_path, monkeypatch):
     hp, cluster = parse_ok(mini_records, tmp_path)
     assert cluster.trial == "7" and hp.job_dir == str(tmp_path / "job" / "7")
     assert "CLOUD_ML_TRIAL_ID" not in os.environ  # parsing changes nothing around it
+    # Vertex AI tuning trials: AIP_CHECKPOINT_DIR is BASE/<trial>/checkpoints already.
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", "gs://b/hp/7/checkpoints")
+    hp, _ = cifar10_main.parse(["--data-dir", mini_records, "--num-gpus", "0"])
+    assert hp.job_dir == "gs://b/hp/7/checkpoints"
+    monkeypatch.delenv("AIP_CHECKPOINT_DIR")
     monkeypatch.delenv("TF_CONFIG")
     monkeypatch.setenv("CLOUD_ML_TRIAL_ID", "3")
     assert parse_ok(mini_records, tmp_path)[0].job_dir == str(tmp_path / "job" / "3")
@@ -154,3 +159,42 @@ def test_hparams_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         hp.learning_rate = 1.0
     assert hp.replace(learning_rate=0.5).learning_rate == 0.5 and hp.learning_rate == 0.1
+
+
+def _copy_records(mini_records, tmp_path):
+    import shutil
+
+    data = str(tmp_path / "data")
+    shutil.copytree(mini_records, data)
+    return data
+
+
+def test_truncated_records_are_refused_before_training(mini_records, tmp_path, capsys):
+    # An interrupted copy: training would run to the end and then fail in the evaluation.
+    data = _copy_records(mini_records, tmp_path)
+    path = os.path.join(data, "validation.tfrecords")
+    full = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(96906)
+    err = parse_error(capsys, ["--data-dir", data, "--job-dir", str(tmp_path / "job"), "--num-gpus", "0"])
+    assert "%s holds 96,906 bytes but cifar10_manifest.json says %s" % (path, format(full, ",")) in err
+    assert "generate_cifar10_tfrecords.py --data-dir=%s --overwrite" % data in err
+    assert not os.path.exists(str(tmp_path / "job"))
+
+
+def test_records_of_another_count_are_refused(mini_records, tmp_path, capsys):
+    import tensorflow as tf
+
+    data = _copy_records(mini_records, tmp_path)
+    path = os.path.join(data, "eval.tfrecords")
+    records = list(tf.compat.v1.io.tf_record_iterator(path))
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records[:-2]:
+            writer.write(record)
+    # A manifest that agrees on the size: only the count can tell.
+    manifest_path = os.path.join(data, "cifar10_manifest.json")
+    manifest = json.load(open(manifest_path))
+    manifest["files"]["eval.tfrecords"]["bytes"] = os.path.getsize(path)
+    json.dump(manifest, open(manifest_path, "w"))
+    err = parse_error(capsys, ["--data-dir", data, "--job-dir", str(tmp_path / "job"), "--num-gpus", "0"])
+    assert "%s holds 1,015 records but cifar10_manifest.json says 1,017" % path in err

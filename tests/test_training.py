@@ -154,3 +154,21 @@ def test_short_run_recipe_flags_end_to_end(mini_records, tmp_path):
     steps, rates = zip(*events(job)["train/learning_rate"])
     assert steps == (1, 9, 17, 25)  # the Estimator files step s's summary under s + 1
     np.testing.assert_allclose(rates, [0.2 / 6, 0.2 * 24 / 26, 0.2 * 16 / 26, 0.2 * 8 / 26], rtol=1e-6)
+
+
+def test_non_finite_loss_stops_at_once_with_a_message(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    rc, log = run_main("--data-dir", mini_records, "--job-dir", job, "--num-gpus", "0", "--num-layers", "8",
+                       "--train-steps", "50", "--train-batch-size", "32", "--learning-rate", "1e6", "--seed", "1")
+    assert rc == 3, log[-3000:]
+    last = log.strip().splitlines()[-1]
+    match = re.match(r"error: training stopped at step (\d+): (the loss \(nan\)|the gradient of \S+ \(the loss "
+                     r"was still finite: [-\d.e+]+\)) is not finite, at learning rate 1e\+06\. Last good checkpoint: "
+                     r"(\S+)\. Lower --learning-rate", last)
+    assert match, last
+    step = int(match.group(1))
+    assert step < 10 and match.group(3) == os.path.join(job, "model.ckpt-0")
+    record = json.load(open(os.path.join(job, "health.json")))
+    assert [(r["rule"], r["step"], r["action"]) for r in record] == [("non_finite", step, "stop")]
+    assert set(record[0]) == {"rule", "step", "value", "threshold", "action", "message"}
+    assert not os.path.exists(os.path.join(job, "results.json"))
