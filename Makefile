@@ -54,16 +54,18 @@ $(VENV)/.bench: $(VENV)/.installed requirements-bench.txt
 	$(PY) -m pip install --quiet -r requirements-bench.txt
 	touch $@
 
-$(FULL_DATA_DIR)/cifar10_manifest.json: | venv
+$(FULL_DATA_DIR)/cifar10_manifest.json: | $(VENV)/.installed
 	$(PY) generate_cifar10_tfrecords.py --data-dir $(FULL_DATA_DIR) \
 	  --source $(SHARED_DATA)/cifar-10-jpeg-python.tar.gz \
 	  --sha256 818d7f7e2356d667cc55e182d01757a60db5247f56f99ff29a9eade8536256f4
 
-# Ours against Keras and PyTorch, fp32 and bf16 (about 25 minutes on an AVX2-only CPU, where
-# bf16 is emulated: hence fewer bf16 steps).
+# Ours against Keras and PyTorch, fp32 and bf16 (about 15 minutes on an AVX2-only CPU, where
+# bf16 is emulated: hence so few bf16 steps; on a CPU with AMX give them as many as fp32).
 bench-speed: $(VENV)/.bench $(FULL_DATA_DIR)/cifar10_manifest.json
-	$(PY) -m benchmarks.training_speed --data-dir $(FULL_DATA_DIR) --depths 20 56 --batch-sizes 128 256 \
-	  --steps 40 --bf16-steps 8 --rounds 2
+	$(PY) -m benchmarks.training_speed --data-dir $(FULL_DATA_DIR) --depths 20 --batch-sizes 128 256 \
+	  --steps 40 --bf16-steps 6 --warmup 4 --rounds 2 --out benchmarks/results/training_speed_resnet20.json
+	$(PY) -m benchmarks.training_speed --data-dir $(FULL_DATA_DIR) --depths 56 \
+	  --steps 16 --bf16-steps 2 --warmup 3 --rounds 1 --out benchmarks/results/training_speed_resnet56.json
 
 # Time to accuracy of the recipes (5 + 30 minutes and the final evaluations).
 bench-recipes: venv $(FULL_DATA_DIR)/cifar10_manifest.json
