@@ -102,6 +102,9 @@ def export_saved_model(checkpoint_path: str, export_dir: str, hp) -> str:
     temporary = "%s.tmp-%s" % (export_dir.rstrip("/"), uuid.uuid4().hex[:8])
     try:
         with tf.Graph().as_default():
+            # Initial values are never used (the checkpoint is restored), but with
+            # --deterministic TensorFlow refuses random initialisers without a seed.
+            v1.set_random_seed(0)
             inputs, outputs = build_serving_graph(hp)
             variables = v1.global_variables()
             check_checkpoint(checkpoint_path, variables, hp)
