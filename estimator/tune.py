@@ -91,7 +91,7 @@ def main(argv=None) -> int:
         result = coordinator.run()
     except study.StudyFailed as e:
         print("error: %s" % e, file=sys.stderr)
-        result, status = coordinator.open_study(), 1
+        result, status = coordinator.study, 1
     except spec_lib.SpecError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

@@ -13,8 +13,12 @@ STUDY_PNG = "study.png"
 
 def rows(study, study_spec: spec_lib.StudySpec):
     """One dict per trial: id, state, parameters (as the trainer got them), metric, seconds."""
+    from optuna.trial import TrialState
+
     out = []
     for t in study.trials:
+        if t.state == TrialState.WAITING:  # queued grid points not run yet
+            continue
         values = t.user_attrs.get("values", {})
         row = {"trial": t.user_attrs.get("trial_id", str(t.number + 1)), "state": t.state.name}
         for p in study_spec.params:

@@ -183,6 +183,7 @@ class Coordinator(object):
         self.study_name = study_name or study_spec.resume_previous_job_id or os.path.basename(self.job_dir)
         self.out = out
         self.running = {}
+        self.study = None  # the open study, also after StudyFailed
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -297,7 +298,7 @@ class Coordinator(object):
     def run(self):
         from optuna.trial import TrialState
 
-        study = self.open_study()
+        study = self.study = self.open_study()
         done = self._started(study)
         if done:
             self.say("Continuing study %r: %d trial(s) already recorded." % (self.study_name, done))
