@@ -8,13 +8,20 @@ Parses and validates the flags (``estimator.hparams``), reads ``TF_CONFIG``
 import os
 import sys
 
+from estimator import logs
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep C++ info lines out of the log
+logs.quiet_imports()
 
 import tensorflow as tf  # noqa: E402
 
 from estimator import cluster as cluster_lib  # noqa: E402
+from estimator import (  # noqa: E402
+    health,  # noqa: E402
+    storage,
+    train,
+)
 from estimator import hparams as hparams_lib  # noqa: E402
-from estimator import storage, train  # noqa: E402
 from estimator.cifar10 import Cifar10DataSet, MissingDataError  # noqa: E402
 from estimator.health import nonfinite  # noqa: E402
 
@@ -44,7 +51,7 @@ def parse(argv=None):
 
 
 def main(argv=None) -> int:
-    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+    logs.configure(logs.verbose_requested(argv))
     hp, cluster = parse(argv)
     if hp.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -59,6 +66,9 @@ def main(argv=None) -> int:
     except nonfinite.NonFiniteError as e:
         print("error: %s" % e, file=sys.stderr)
         return nonfinite.EXIT_STATUS
+    except health.HealthStop as e:
+        print("error: %s" % e, file=sys.stderr)
+        return health.EXIT_STATUS
     return 0
 
 

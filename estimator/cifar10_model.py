@@ -55,6 +55,7 @@ class ResNetCifar10(model_base.ResNet):
         if input_data_format != self._data_format:
             x = tf.transpose(x, [0, 3, 1, 2] if self._nchw else [0, 2, 3, 1])
         x = tf.cast(x / 128.0 - 1.0, self.compute_dtype)  # as the original: inputs in [-1, 1)
+        self.scaled_input = x
 
         x = self._conv(x, 3, 16, 1, name="init_conv")
         if self.version == "v1":

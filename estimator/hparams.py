@@ -20,6 +20,7 @@ from estimator import cluster as cluster_lib
 from estimator.model_base import COMPUTE_DTYPES
 
 EVAL_POLICIES = ("periodic", "final")
+HEALTH_ACTIONS = ("off", "warn", "stop")
 
 @dataclass(frozen=True)
 class HParams:
@@ -65,6 +66,25 @@ class HParams:
     keep_checkpoint_max: int = 5
     log_every_n_steps: int = 100
     ps_wait_secs: int = 300
+    verbose: bool = False
+    histograms: bool = True
+    # Health rules (estimator.health.rules: sources of the defaults there).
+    health_checks: str = "warn"
+    health_every_n_steps: int = 100
+    health_init_loss_tolerance: float = 0.25
+    health_vanishing_gradient: float = 1e-7
+    health_exploding_factor: float = 10.0
+    health_update_ratio_min: float = 1e-8
+    health_update_ratio_max: float = 10.0
+    health_dead_relu_fraction: float = 0.5
+    health_dead_relu_window: int = 5
+    health_input_mean_max: float = 0.5
+    health_input_std_min: float = 0.1
+    health_input_std_max: float = 1.0
+    health_loss_window: int = 200
+    health_loss_min_decrease: float = 0.01
+    health_overtraining_evals: int = 3
+    health_class_ratio: float = 0.33
     # From the environment, not flags: the number of training processes
     # (TF_CONFIG) and of training images (the data's manifest).
     num_workers: int = 1
@@ -141,6 +161,10 @@ class _FlagFileParser(argparse.ArgumentParser):
 
     def convert_arg_line_to_args(self, arg_line):
         return shlex.split(arg_line, comments=True)
+
+    def error(self, message):
+        # The message and where to look, not 40 lines of usage above it.
+        self.exit(2, "%s: error: %s\n(%s --help lists the flags)\n" % (self.prog, message, self.prog))
 
 
 def _bool(text: str) -> bool:
@@ -290,6 +314,45 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Log loss, learning rate, accuracy and examples/sec every N steps.")
     p.add_argument("--ps-wait-secs", type=_int, default=d.ps_wait_secs,
                    help="In a cluster, how long to wait for the parameter servers to answer before failing.")
+    p.add_argument("--verbose", action="store_true",
+                   help="Show TensorFlow's deprecation notices and the Estimator's bookkeeping lines "
+                   "(hidden by default: one progress line per --log-every-n-steps instead).")
+    p.add_argument("--histograms", action=_BoolFlag, default=d.histograms,
+                   help="Weight and gradient histograms of each layer in TensorBoard.")
+    h = p.add_argument_group(
+        "health rules", "Checked in the graph every --health-every-n-steps steps and after each evaluation; "
+        "each is a TensorBoard scalar health/<rule>, a log line and a JOB_DIR/health.json record when it "
+        "fires. A NaN or infinite loss or gradient always stops training.")
+    h.add_argument("--health-checks", choices=HEALTH_ACTIONS, default=d.health_checks,
+                   help="What the rules do when they fire: off (not computed), warn, or stop training "
+                   "(exit status 4).")
+    h.add_argument("--health-every-n-steps", type=_int, default=d.health_every_n_steps)
+    h.add_argument("--health-init-loss-tolerance", type=float, default=d.health_init_loss_tolerance,
+                   help="Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019).")
+    h.add_argument("--health-vanishing-gradient", type=float, default=d.health_vanishing_gradient,
+                   help="A layer whose mean |gradient| of the data loss is below this has vanishing gradients.")
+    h.add_argument("--health-exploding-factor", type=float, default=d.health_exploding_factor,
+                   help="The global gradient norm above this multiple of its running median is exploding.")
+    h.add_argument("--health-update-ratio-min", type=float, default=d.health_update_ratio_min,
+                   help="Lowest healthy learning rate x |gradient| / |weights| of a layer (CS231n: ~1e-3).")
+    h.add_argument("--health-update-ratio-max", type=float, default=d.health_update_ratio_max)
+    h.add_argument("--health-dead-relu-fraction", type=float, default=d.health_dead_relu_fraction,
+                   help="More than this fraction of a layer's channels never active is a dead layer.")
+    h.add_argument("--health-dead-relu-window", type=_int, default=d.health_dead_relu_window,
+                   help="Checks (batches) over which a channel must never be active to count as dead.")
+    h.add_argument("--health-input-mean-max", type=float, default=d.health_input_mean_max,
+                   help="Largest |mean| of the input after the network's scaling x / 128 - 1.")
+    h.add_argument("--health-input-std-min", type=float, default=d.health_input_std_min)
+    h.add_argument("--health-input-std-max", type=float, default=d.health_input_std_max)
+    h.add_argument("--health-loss-window", type=_int, default=d.health_loss_window,
+                   help="Steps averaged to smooth the training loss for the not-decreasing rule.")
+    h.add_argument("--health-loss-min-decrease", type=float, default=d.health_loss_min_decrease,
+                   help="Relative decrease of the smoothed loss (last window against the first) below "
+                   "which the loss is not decreasing.")
+    h.add_argument("--health-overtraining-evals", type=_int, default=d.health_overtraining_evals,
+                   help="Evaluations in a row with rising validation loss and falling training loss.")
+    h.add_argument("--health-class-ratio", type=float, default=d.health_class_ratio,
+                   help="A class whose validation accuracy is below this fraction of the others' mean.")
     return p
 
 
@@ -325,10 +388,22 @@ def validate(args: argparse.Namespace, cluster: cluster_lib.Cluster, gpus_visibl
     if not 0 <= args.label_smoothing < 1:
         raise ValueError("--label-smoothing %s must be in [0, 1), e.g. 0.1." % args.label_smoothing)
     for name in ("train_batch_size", "eval_batch_size", "learning_rate",
-                 "batch_norm_epsilon", "log_every_n_steps", "keep_checkpoint_max"):
+                 "batch_norm_epsilon", "log_every_n_steps", "keep_checkpoint_max",
+                 "health_every_n_steps", "health_init_loss_tolerance", "health_exploding_factor",
+                 "health_update_ratio_min", "health_update_ratio_max", "health_dead_relu_window",
+                 "health_input_std_max", "health_loss_window", "health_overtraining_evals"):
         positive(name.replace("_", "-"), getattr(args, name))
     if args.save_checkpoints_steps is not None:
         positive("save-checkpoints-steps", args.save_checkpoints_steps)
+    if args.health_update_ratio_min >= args.health_update_ratio_max:
+        raise ValueError("--health-update-ratio-min %g must be below --health-update-ratio-max %g."
+                         % (args.health_update_ratio_min, args.health_update_ratio_max))
+    if args.health_input_std_min >= args.health_input_std_max:
+        raise ValueError("--health-input-std-min %g must be below --health-input-std-max %g."
+                         % (args.health_input_std_min, args.health_input_std_max))
+    for name in ("health_dead_relu_fraction", "health_class_ratio"):
+        if not 0 < getattr(args, name) < 1:
+            raise ValueError("--%s %s must be in (0, 1)." % (name.replace("_", "-"), getattr(args, name)))
     if not 0 <= args.momentum < 1:
         raise ValueError("--momentum %s must be in [0, 1)." % args.momentum)
     if args.weight_decay < 0:

@@ -45,6 +45,10 @@ class ResNet(object):
         self._data_format = data_format
         self._batch_norm_decay = batch_norm_decay
         self._batch_norm_epsilon = batch_norm_epsilon
+        # What the health rules look at (estimator.health.probes): the input
+        # after the network's own scaling, and every ReLU's output.
+        self.scaled_input = None
+        self.relu_outputs = []
 
     def forward_pass(self, x, input_data_format="channels_last"):
         raise NotImplementedError("forward_pass() is implemented in ResNet subclasses")
@@ -114,7 +118,9 @@ class ResNet(object):
         return y
 
     def _relu(self, x):
-        return tf.nn.relu(x)
+        y = tf.nn.relu(x)
+        self.relu_outputs.append(y)
+        return y
 
     def _fully_connected(self, x, out_dim: int, name: str = "fc"):
         with v1.variable_scope(name):

@@ -26,7 +26,7 @@ from estimator import devices, schedules
 from estimator import hooks as hooks_lib
 from estimator import hparams as hparams_lib
 from estimator.cifar10_model import ResNetCifar10
-from estimator.health import nonfinite
+from estimator.health import nonfinite, probes
 
 v1 = tf.compat.v1
 
@@ -131,13 +131,14 @@ def _sum_metric(values, name):
 
 
 def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, reuse=False):
-    """Runs ``tower_fn`` on each device; returns (tower outputs, first tower's update ops)."""
+    """Runs ``tower_fn`` on each device; returns (tower outputs, first tower's update ops,
+    first tower's model)."""
     is_training = mode == tf.estimator.ModeKeys.TRAIN
     tower_list = hparams_lib.tower_devices(hp.num_gpus, hp.num_cpu_towers)
     image_shards = split_batch(images, len(tower_list))
     label_shards = split_batch(labels, len(tower_list)) if labels is not None else [None] * len(tower_list)
     params_device = devices.parameter_devices(hp.variable_strategy, tower_list)
-    outputs, update_ops = [], []
+    outputs, update_ops, first = [], [], None
     for i, device in enumerate(tower_list):
         with tf.name_scope("tower_%d" % i) as scope, \
                 v1.variable_scope("resnet", reuse=reuse or bool(i)), \
@@ -151,10 +152,11 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, 
                                     compute_gradients=is_training, optimizer=optimizer,
                                     label_smoothing=hp.label_smoothing if is_training else 0.0))
             if i == 0:
+                first = model
                 # Moving averages from the first tower only, as the original: they
                 # estimate the same statistics, and one update per step is cheaper.
                 update_ops = v1.get_collection(v1.GraphKeys.UPDATE_OPS, scope)
-    return outputs, update_ops
+    return outputs, update_ops, first
 
 
 def loss_scale_optimizer(optimizer, precision: str):
@@ -192,8 +194,8 @@ def _training_spec(hp, features, labels, mode, config):
         learning_rate = tf.identity(schedules.learning_rate(global_step, **sched), name="learning_rate")
         base = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum, use_nesterov=hp.nesterov)
         scaled = loss_scale_optimizer(base, hp.precision)
-    outputs, update_ops = build_towers(hp, features, labels, mode,
-                                       optimizer=scaled if scaled is not base else None)
+    outputs, update_ops, first_model = build_towers(hp, features, labels, mode,
+                                                    optimizer=scaled if scaled is not base else None)
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
         logits = tf.concat([o.logits for o in outputs], axis=0)
         predictions = predictions_of(logits)
@@ -206,11 +208,11 @@ def _training_spec(hp, features, labels, mode, config):
         gradvars = average_gradients([o.grads_and_vars for o in outputs])
         if hp.precision != "fp16":
             nonfinite.add_gradient_flags(gradvars)
+        if hp.health_checks != "off":
+            probes.add(gradvars, learning_rate, hp.weight_decay, first_model.scaled_input,
+                       first_model.relu_outputs, hp.data_format, features, labels)
         optimizer = scaled
-        training_hooks = [v1.train.LoggingTensorHook(
-            {"learning_rate": learning_rate, "loss": loss, "cross_entropy": cross_entropy,
-             "train_accuracy": train_accuracy, "step": global_step},
-            every_n_iter=hp.log_every_n_steps)]
+        training_hooks = []
         if hp.sync:
             optimizer = v1.train.SyncReplicasOptimizer(
                 optimizer, replicas_to_aggregate=hp.num_workers, total_num_replicas=hp.num_workers)
@@ -228,8 +230,24 @@ def _training_spec(hp, features, labels, mode, config):
             v1.summary.image("images", tf.cast(features[:3], tf.uint8), max_outputs=3)
             if scaled is not base:
                 train_op = _count_skipped_steps(train_op, gradvars, scaled)
+        if hp.histograms:
+            _histograms(gradvars)
     return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, train_op=train_op,
                                       training_hooks=training_hooks)
+
+
+def _histograms(gradvars):
+    """Weights and gradients of each layer's kernel (where a layer stops learning shows
+    first). Non-finite values are zeroed: the histogram op fails on them, and an fp16
+    overflow step or a NaN must reach the hooks that explain it, not end in a traceback."""
+    def finite(t):
+        return tf.where(tf.math.is_finite(t), t, tf.zeros_like(t))
+
+    for grad, var in gradvars:
+        if var.op.name.endswith("kernel"):
+            name = probes.layer_name(var.op.name)
+            v1.summary.histogram("weights/" + name, finite(var))
+            v1.summary.histogram("gradients/" + name, finite(grad))
 
 
 def _count_skipped_steps(train_op, gradvars, optimizer):
@@ -245,13 +263,55 @@ def _count_skipped_steps(train_op, gradvars, optimizer):
     return tf.group(train_op, count)
 
 
+MISTAKES_SHOWN = 16
+
+
+def _class_metrics(images, labels, predictions, weights):
+    """Per-class accuracy (TensorBoard scalars ``per_class_accuracy/<class>``), the confusion
+    matrix and the most confidently misclassified images, for the pictures and health rules
+    that run after each evaluation (``estimator.health``)."""
+    num_classes = len(fmt.CLASS_NAMES)
+    true = tf.maximum(labels, 0)
+    classes = predictions["classes"]
+    correct = tf.cast(tf.equal(classes, true), tf.float32)
+    metrics = {}
+    for c, name in enumerate(fmt.CLASS_NAMES):
+        in_class = weights * tf.cast(tf.equal(true, c), tf.float32)
+        metrics["per_class_accuracy/" + name] = v1.metrics.mean(correct, weights=in_class)
+
+    def local(name, shape, dtype, value):
+        return v1.get_variable(name, shape, dtype, initializer=v1.constant_initializer(value), trainable=False,
+                               collections=[v1.GraphKeys.LOCAL_VARIABLES, v1.GraphKeys.METRIC_VARIABLES])
+
+    with v1.variable_scope("confusion"):
+        matrix = local("matrix", [num_classes, num_classes], tf.float32, 0)
+    batch_matrix = tf.math.confusion_matrix(true, classes, num_classes, weights=weights, dtype=tf.float32)
+    metrics["confusion_matrix"] = (tf.identity(matrix), v1.assign_add(matrix, batch_matrix))
+
+    # The k most confident mistakes so far: merge this batch's mistakes into them.
+    k = MISTAKES_SHOWN
+    with v1.variable_scope("mistakes"):
+        kept = [local("confidence", [k], tf.float32, -1), local("images", [k, 32, 32, 3], tf.uint8, 0),
+                local("true", [k], tf.int32, -1), local("predicted", [k], tf.int32, -1)]
+    confidence = tf.reduce_max(predictions["probabilities"], axis=1)
+    wrong = tf.logical_and(tf.not_equal(classes, true), weights > 0)
+    batch = [tf.where(wrong, confidence, -tf.ones_like(confidence)),
+             tf.cast(tf.clip_by_value(images, 0, 255), tf.uint8), true, classes]
+    merged = [tf.concat([a, b], axis=0) for a, b in zip(kept, batch)]
+    top = tf.math.top_k(merged[0], k).indices
+    update = tf.group(*[v1.assign(var, tf.gather(m, top)) for var, m in zip(kept, merged)])
+    for name, var in zip(("confidence", "images", "true", "predicted"), kept):
+        metrics["mistakes/" + name] = (tf.identity(var), update)
+    return metrics
+
+
 def _flip_tta_accuracy(hp, images, labels, logits, weights):
     """Accuracy of the mean of the probabilities of each image and its mirror image.
 
     Training flips images at random, so the mirror is as good a view as the
     original; reported beside the plain accuracy, never instead of it.
     """
-    flipped, _ = build_towers(hp, tf.reverse(images, axis=[2]), labels, tf.estimator.ModeKeys.EVAL,
+    flipped, _, _ = build_towers(hp, tf.reverse(images, axis=[2]), labels, tf.estimator.ModeKeys.EVAL,
                               reuse=True)
     flipped_logits = tf.concat([o.logits for o in flipped], axis=0)
     probabilities = tf.nn.softmax(logits) + tf.nn.softmax(flipped_logits)
@@ -264,7 +324,7 @@ def model_fn(features, labels, mode, params, config=None):
     hp = params
     if mode == tf.estimator.ModeKeys.TRAIN:
         return _training_spec(hp, features, labels, mode, config)
-    outputs, _ = build_towers(hp, features, labels, mode)
+    outputs, _, _ = build_towers(hp, features, labels, mode)
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
         logits = tf.concat([o.logits for o in outputs], axis=0)
         predictions = predictions_of(logits)
@@ -282,6 +342,7 @@ def model_fn(features, labels, mode, params, config=None):
                                              weights=weights),
             "eval_examples": _sum_metric(weights, "eval_examples"),
         }
+        metrics.update(_class_metrics(features, labels, predictions, weights))
         if hp.eval_flip_tta:
             metrics["accuracy_flip_tta"] = _flip_tta_accuracy(hp, features, labels, logits, weights)
         return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions,

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import estimator
 from estimator import cluster as cluster_lib
-from estimator import hooks, storage
+from estimator import health, hooks, logs, storage
 from estimator import hparams as hparams_lib
 from estimator.cifar10 import Cifar10DataSet
 from estimator.health import nonfinite
@@ -113,19 +113,27 @@ def _training_rank(cluster: cluster_lib.Cluster) -> int:
 def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
     """Trains and evaluates; returns the results dict on the chief, else None."""
     description = describe(hp, cluster)
-    v1.logging.info("Resolved hyperparameters: %s", json.dumps(description, sort_keys=True))
-    v1.logging.info("%d tower(s) on %s, %d images per tower per step",
-                    len(description["derived"]["towers"]), ", ".join(description["derived"]["towers"]),
-                    description["derived"]["per_tower_batch_size"])
+    if hp.verbose:
+        v1.logging.info("Resolved hyperparameters: %s", json.dumps(description, sort_keys=True))
+    derived = description["derived"]
+    logs.info("ResNet-%d %s, %s, %d steps of %d images, %s schedule (peak learning rate %.4g), %d tower(s) on "
+              "%s, %d images per tower per step; all hyperparameters in %s", hp.num_layers, hp.resnet_version,
+              hp.precision, hp.train_steps, derived["global_batch_size"], derived["learning_rate_schedule"],
+              derived["peak_learning_rate"], len(derived["towers"]), ", ".join(derived["towers"]),
+              derived["per_tower_batch_size"], storage.join(hp.job_dir, "hparams.json"))
     if cluster.is_chief and cluster.task_type != "evaluator":
         write_json(storage.join(hp.job_dir, "hparams.json"), description)
 
     config = run_config(hp, cluster)
     # Flip test-time augmentation costs a second forward pass: only the final test evaluation pays it.
     estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=config, params=hp.replace(eval_flip_tta=False))
-    speed = hooks.ExamplesPerSecondHook(hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
+    speed = hooks.ExamplesPerSecondHook(hp.train_batch_size, every_n_steps=hp.log_every_n_steps, log=False)
+    progress = hooks.ProgressHook(hp.train_steps, hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
     # First in the list: it must see a NaN before the Estimator's own NanTensorHook does.
-    train_hooks = [nonfinite.NonFiniteHook(hp.job_dir), speed]
+    train_hooks = [nonfinite.NonFiniteHook(hp.job_dir), speed, progress]
+    monitor = health.HealthMonitor(hp, is_chief=cluster.is_chief)
+    if hp.health_checks != "off" and cluster.task_type != "evaluator":
+        train_hooks.append(health.HealthHook(monitor))
     # Vertex AI's TensorBoard reads its own directory; the Estimator writes beside the checkpoints.
     tensorboard_dir = os.environ.get("AIP_TENSORBOARD_LOG_DIR")
     eval_mirror = None
@@ -134,7 +142,9 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
             train_hooks.append(hooks.SummaryMirrorHook(tensorboard_dir, min(100, hp.log_every_n_steps)))
         eval_mirror = storage.join(tensorboard_dir, "eval_" + VALIDATION_SUBSET)
     reporter = hooks.EvalReporter(VALIDATION_SUBSET, mirror_dir=eval_mirror, trial=cluster.trial)
-    after_eval = [reporter] + ([exporters.BestAccuracyExporter(hp)] if hp.export else [])
+    after_eval = [reporter, health.EvalHealth(monitor, VALIDATION_SUBSET)]
+    if hp.export:
+        after_eval.append(exporters.BestAccuracyExporter(hp))
     train_seed = None if hp.seed is None else hp.seed + _training_rank(cluster)
     train_spec = tf.estimator.TrainSpec(input_fn(hp, "train", seed=train_seed),
                                         max_steps=hp.train_steps, hooks=train_hooks)
@@ -184,7 +194,11 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
     }
     if "accuracy_flip_tta" in test:
         results["accuracy_flip_tta"] = float(test["accuracy_flip_tta"])
-    v1.logging.info("Final test evaluation at step %d: accuracy %.4f, loss %.4f on %d images",
-                    results["global_step"], results["accuracy"], results["loss"], results["eval_examples"])
+    logs.info("Final test evaluation at step %d: accuracy %.4f, loss %.4f on %d images",
+              results["global_step"], results["accuracy"], results["loss"], results["eval_examples"])
     write_json(storage.join(hp.job_dir, "results.json"), results)
+    try:
+        logs.info("Curves: %s", health.write_curves(hp.job_dir))
+    except ImportError as e:  # matplotlib missing: the run itself is fine
+        logs.warning("no curves.png: %s (pip install matplotlib)", e)
     return results

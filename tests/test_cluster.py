@@ -58,7 +58,7 @@ def test_async_cluster_with_evaluator_trains_to_the_last_step(mini_records, tmp_
     with cluster:
         assert cluster.start().wait(timeout=240) == 0
     assert_finished(cluster, job, 400)
-    assert "step = " in cluster.task("worker").log()  # the worker trained too
+    assert re.search(r"step \d+/\d+ ", cluster.task("worker").log())  # the worker trained too
     assert os.path.isdir(os.path.join(job, "eval_validation"))
     assert re.search(r"Evaluation \[validation\] at step \d+", cluster.task("evaluator").log())
 
@@ -87,20 +87,21 @@ def test_killed_worker_rejoins_and_job_finishes(mini_records, tmp_path):
                            env=ENV, out=None)
     with cluster:
         cluster.start()
-        cluster.wait_for("worker", 0, r"step = \d+", timeout=120)
+        cluster.wait_for("worker", 0, r"step \d+/\d+ ", timeout=120)
         first = cluster.task("worker")
         cluster.kill("worker", 0)  # SIGKILL mid-run
         assert first.process.returncode == -9
         cluster.start_task("worker", 0)
-        cluster.wait_for("worker", 0, r"step = \d+", timeout=120)  # it rejoined and trains
+        cluster.wait_for("worker", 0, r"step \d+/\d+ ", timeout=120)  # it rejoined and trains
         assert cluster.wait(timeout=300) == 0
     assert_finished(cluster, job, 400)
 
 
 def test_killed_master_resumes_from_its_last_checkpoint(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    cluster = LocalCluster(trainer(mini_records, job, 300, "--save-checkpoints-steps", "50"), workers=1, ps=1,
-                           env=ENV, out=None)
+    # --verbose: the Estimator's own "Saving checkpoints" and "Restoring parameters" lines.
+    cluster = LocalCluster(trainer(mini_records, job, 300, "--save-checkpoints-steps", "50", "--verbose"),
+                           workers=1, ps=1, env=ENV, out=None)
     with cluster:
         cluster.start()
         cluster.wait_for("master", 0, r"Saving checkpoints for (5\d|[1-9]\d\d) into", timeout=180)

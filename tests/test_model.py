@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from estimator import hparams as hparams_lib
 from estimator.cifar10 import Cifar10DataSet
+from estimator.cifar10_format import CLASS_NAMES
 from estimator.cifar10_model import ResNetCifar10, check_depth
 from estimator.model_fn import average_gradients, model_fn, split_batch, tower_fn
 
@@ -97,7 +98,10 @@ def test_model_fn_every_mode(towers, mode):
             assert spec.loss.dtype == tf.float32 and spec.loss.shape == ()
             fetch = {"loss": spec.loss}
         if mode == MODES.EVAL:
-            assert set(spec.eval_metric_ops) == {"accuracy", "cross_entropy", "eval_examples"}
+            assert set(spec.eval_metric_ops) == {"accuracy", "cross_entropy", "eval_examples",
+                                                 "confusion_matrix"} | {
+                "per_class_accuracy/" + n for n in CLASS_NAMES} | {
+                "mistakes/" + n for n in ("confidence", "images", "true", "predicted")}
         with v1.Session(config=_session_config(towers)) as sess:
             sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
             if mode == MODES.TRAIN:

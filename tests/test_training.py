@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 # The learning check's settings: ResNet-20, batch 128, batch-norm decay 0.9 so
 # the moving averages keep up within a few hundred steps (../shared/TF215-NOTES.md).
 LEARN = ["--num-gpus", "0", "--num-layers", "20", "--train-steps", "400", "--batch-norm-decay", "0.9",
-         "--seed", "1", "--log-every-n-steps", "100"]
+         "--seed", "1", "--log-every-n-steps", "100", "--health-loss-window", "100"]
 
 
 def run_main(*flags, env=None, timeout=600):
@@ -65,6 +65,8 @@ def test_resnet20_learns_real_images(mini_records, tmp_path):
     assert results["global_step"] == 400 and results["eval_examples"] == 1017
     assert results["accuracy"] >= 0.30, results  # chance is 0.10
     assert results["validation_accuracy"] >= 0.30, results
+    # No false alarm from the health rules on a run that learns.
+    assert not os.path.exists(str(tmp_path / "job" / "health.json")), open(str(tmp_path / "job" / "health.json")).read()
 
 
 def test_shuffled_labels_do_not_pass_the_learning_check(shuffled_records, tmp_path):
@@ -72,6 +74,11 @@ def test_shuffled_labels_do_not_pass_the_learning_check(shuffled_records, tmp_pa
     assert rc == 0, log[-3000:]
     results = json.load(open(str(tmp_path / "job" / "results.json")))
     assert results["accuracy"] < 0.20, results
+    # The health rules saw it: the smoothed loss of steps 200-299 was no lower than that of 0-99.
+    record = json.load(open(str(tmp_path / "job" / "health.json")))
+    assert [(r["rule"], r["action"]) for r in record] == [("loss_not_decreasing", "warn")], record
+    assert record[0]["step"] in (200, 300) and record[0]["value"] < 0.01, record
+    assert "health: step %d: the training loss is not decreasing" % record[0]["step"] in log
 
 
 def test_same_seed_deterministic_runs_are_identical(mini_records, tmp_path):
@@ -102,12 +109,14 @@ def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
     rc, log = run_main("--train-steps", "30", *flags)
     assert rc == 0, log[-3000:]
     assert "2 tower(s) on /cpu:0, /cpu:1, 16 images per tower per step" in log
+    assert "is deprecated" not in log and "Calling model_fn" not in log  # concise by default
     assert os.path.exists(os.path.join(job, "model.ckpt-30.index"))
 
     rc, log = run_main("--train-steps", "60", *flags)
     assert rc == 0, log[-3000:]
-    steps = [int(s) for s in re.findall(r"loss = [-\d.e]+, step = (\d+)", log)]
-    assert steps[0] == 30, steps  # resumed from the checkpoint, not from 0
+    # One progress line per 10 steps, the first after the first step of this process.
+    steps = [int(s) for s in re.findall(r"step (\d+)/60 \(\d+%\) \| ", log)]
+    assert steps == [31, 41, 51, 60], steps  # resumed from the checkpoint, not from 0
     assert re.search(r"Evaluation \[validation\] at step 60: accuracy [\d.]+, .* on 1017 images", log)
 
     results = json.load(open(os.path.join(job, "results.json")))

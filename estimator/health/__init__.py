@@ -2,8 +2,18 @@
 
 * ``nonfinite``: a NaN or infinite loss or gradient stops training at once, with
   the step, where it first appeared, the learning rate and the last good
-  checkpoint, recorded in ``JOB_DIR/health.json``.
+  checkpoint (exit status 3).
+* ``rules``: the health rules, pure functions with their sources;
+  ``probes``: the tensors they read, built in ``model_fn``;
+  ``monitor``: the hook and the after-evaluation check that run them and
+  report to TensorBoard (``health/<rule>``), the log and ``JOB_DIR/health.json``.
+* ``pictures``: training batch, confusion matrix, mistakes, ``curves.png``.
+* ``preflight``: Karpathy's checks before a run (``python -m estimator.preflight``).
 
-(The input checks, the data's manifest check, live with the data:
-``estimator.cifar10.Cifar10DataSet.verify``.)
+The data's manifest check lives with the data: ``estimator.cifar10.Cifar10DataSet.verify``.
 """
+
+from estimator.health.monitor import EXIT_STATUS, EvalHealth, HealthHook, HealthMonitor, HealthStop
+from estimator.health.pictures import write_curves
+
+__all__ = ["EXIT_STATUS", "EvalHealth", "HealthHook", "HealthMonitor", "HealthStop", "write_curves"]

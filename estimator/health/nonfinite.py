@@ -75,7 +75,7 @@ class NonFiniteHook(v1.train.SessionRunHook):
         bad_grads = "flags" in r and not r["flags"].all()
         if math.isfinite(loss) and not bad_grads:
             return
-        step = int(r["step"])  # the global step after this update; the step taken was the one before
+        step = int(r["step"])  # read before this step's update: the step whose loss and gradients these are
         if not math.isfinite(loss):
             where = "the loss (%s)" % loss
         else:
@@ -86,7 +86,7 @@ class NonFiniteHook(v1.train.SessionRunHook):
         message = (
             "training stopped at step %d: %s is not finite, at learning rate %.4g. Last good checkpoint: %s. "
             "Lower --learning-rate, or add --warmup-epochs; a restart with the same --job-dir resumes from that "
-            "checkpoint." % (step - 1, where, float(r["rate"]), checkpoint or "none (no checkpoint was written yet)"))
-        append_record(self._job_dir, {"rule": "non_finite", "step": step - 1, "value": loss if math.isfinite(loss)
+            "checkpoint." % (step, where, float(r["rate"]), checkpoint or "none (no checkpoint was written yet)"))
+        append_record(self._job_dir, {"rule": "non_finite", "step": step, "value": loss if math.isfinite(loss)
                                       else str(loss), "threshold": "finite", "action": "stop", "message": message})
         raise NonFiniteError(message)

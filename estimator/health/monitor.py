@@ -1,0 +1,221 @@
+"""Runs the health rules during training and after each evaluation.
+
+``HealthMonitor`` owns what the rules report: a TensorBoard scalar
+``health/<rule>`` per check, a warning line when a rule fires, a record in
+``JOB_DIR/health.json`` and, with ``--health-checks stop``, the end of
+training (``HealthStop``, exit status 4). A rule fires once when it turns bad
+and again only after it has cleared, so a warning is one line, not one per
+check.
+
+``HealthHook`` fetches the cross-entropy every step (a scalar the step
+computes anyway) and the probes (``estimator.health.probes``) only every
+``--health-every-n-steps`` steps; its first step also fetches a few training
+images for ``pictures/training_batch``. ``EvalHealth`` runs after each
+evaluation: per-class accuracy, over-training, and the confusion-matrix and
+mistakes pictures.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from estimator import cifar10_format as fmt
+from estimator import logs, storage
+from estimator.health import nonfinite, pictures, probes, rules
+
+v1 = tf.compat.v1
+
+EXIT_STATUS = 4
+
+
+class HealthStop(RuntimeError):
+    """A health rule fired under ``--health-checks stop``."""
+
+
+class HealthMonitor(object):
+    """Shared by the training hook and the evaluation exporter of one process."""
+
+    def __init__(self, hp, is_chief: bool = True):
+        self.hp = hp
+        self.action = hp.health_checks
+        self._is_chief = is_chief
+        self._firing = set()
+        self.events = []
+        self.losses = []  # training cross-entropy of every step of this process
+
+    def scalars(self, log_dir: str, values: dict, step: int) -> None:
+        values = {"health/" + k: v for k, v in values.items() if v is not None and math.isfinite(v)}
+        if values and self._is_chief:
+            writer = v1.summary.FileWriterCache.get(log_dir)
+            writer.add_summary(v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=float(v))
+                                                 for k, v in sorted(values.items())]), step)
+
+    def check(self, rule: str, step: int, value, finding) -> None:
+        """Reports ``finding`` of ``rule`` if it just turned bad."""
+        if finding is None:
+            self._firing.discard(rule)
+            return
+        if rule in self._firing:
+            return
+        self._firing.add(rule)
+        threshold, message = finding
+        entry = {"rule": rule, "step": int(step), "value": _jsonable(value), "threshold": threshold,
+                 "action": self.action, "message": message}
+        self.events.append(entry)
+        logs.warning("health: step %d: %s", step, message)
+        if self._is_chief:
+            nonfinite.append_record(self.hp.job_dir, entry)
+        if self.action == "stop":
+            raise HealthStop("training stopped at step %d by the health rule %s (--health-checks stop): %s "
+                             "Last checkpoint: %s." % (step, rule, message,
+                                                       tf.train.latest_checkpoint(self.hp.job_dir) or "none"))
+
+    def recent_train_loss(self):
+        window = self.hp.health_loss_window
+        if not self.losses:
+            return None
+        recent = self.losses[-window:]
+        return sum(recent) / len(recent)
+
+
+def _jsonable(value):
+    if isinstance(value, tuple):
+        return [float(v) for v in value]
+    return None if value is None else float(value)
+
+
+class HealthHook(v1.train.SessionRunHook):
+    """The training-time rules."""
+
+    def __init__(self, monitor: HealthMonitor):
+        self._monitor = monitor
+        self._hp = monitor.hp
+        self._norms = collections.deque(maxlen=20)
+        self._relu_window = collections.deque(maxlen=self._hp.health_dead_relu_window)
+
+    def begin(self):
+        graph = v1.get_default_graph()
+        self._probes = probes.get(graph)
+        self._step = v1.train.get_global_step()
+        self._xent = graph.get_tensor_by_name("cross_entropy:0")
+        self._next_rule_step = None
+        self._first_run = True
+
+    def after_create_session(self, session, coord):
+        self._step_before = int(session.run(self._step))
+        if self._next_rule_step is None:
+            self._next_rule_step = self._step_before
+
+    def before_run(self, run_context):
+        fetches = {"step": self._step, "xent": self._xent}
+        self._rule_step = self._probes is not None and self._step_before >= self._next_rule_step
+        if self._rule_step:
+            fetches["probes"] = {k: v for k, v in self._probes["tensors"].items()
+                                 if k not in ("images", "labels")}
+        if self._first_run and self._probes is not None:
+            fetches["images"] = self._probes["tensors"]["images"]
+            fetches["labels"] = self._probes["tensors"]["labels"]
+        return v1.train.SessionRunArgs(fetches)
+
+    def after_run(self, run_context, run_values):
+        r = run_values.results
+        step = int(r["step"])  # read before this step's update: the step whose loss and gradients these are
+        self._step_before = step + 1
+        xent = float(r["xent"])
+        if math.isfinite(xent):
+            self._monitor.losses.append(xent)
+        if "images" in r:
+            pictures.write_image(self._hp.job_dir, "pictures/training_batch",
+                                 pictures.batch_grid(r["images"], r["labels"]), step)
+        first, self._first_run = self._first_run, False
+        if not self._rule_step:
+            return
+        self._next_rule_step = step + self._hp.health_every_n_steps
+        self._rules(step, xent, r["probes"], fresh_start=first and step == 0)
+
+    def _rules(self, step, xent, p, fresh_start):
+        hp, m = self._hp, self._monitor
+        values = {}
+        if fresh_start:
+            value, finding = rules.init_loss(xent, len(fmt.CLASS_NAMES), hp.health_init_loss_tolerance)
+            m.check("init_loss", step, value, finding)
+            values["init_loss"] = value
+        grads_finite = all(np.all(np.isfinite(p[k])) for k in ("grad_mean_abs", "update_ratio", "grad_norm"))
+        if grads_finite:  # an fp16 overflow step: nothing to judge (NaN elsewhere stops training)
+            names = self._probes["kernel_names"]
+            value, finding = rules.vanishing_gradients(names, p["grad_mean_abs"], hp.health_vanishing_gradient)
+            m.check("vanishing_gradients", step, value, finding)
+            values["min_gradient_mean_abs"] = value
+            norm = float(p["grad_norm"])
+            value, finding = rules.exploding_gradients(norm, list(self._norms), hp.health_exploding_factor)
+            m.check("exploding_gradients", step, value, finding)
+            values.update(gradient_norm=norm, gradient_norm_over_median=value)
+            self._norms.append(norm)
+            value, finding = rules.update_ratio(names, p["update_ratio"], hp.health_update_ratio_min,
+                                                hp.health_update_ratio_max)
+            m.check("update_ratio", step, value, finding)
+            values.update(update_ratio_min=float(np.min(p["update_ratio"])),
+                          update_ratio_max=float(np.max(p["update_ratio"])))
+        self._relu_window.append([np.asarray(a, bool) for a in p["relu_active"]])
+        value, finding = rules.dead_relus(self._probes["relu_names"], list(self._relu_window),
+                                          hp.health_dead_relu_fraction, hp.health_dead_relu_window)
+        m.check("dead_relus", step, value, finding)
+        values["dead_relu_fraction"] = value
+        (mean, std), finding = rules.input_stats(float(p["input_mean"]), float(p["input_std"]),
+                                                 hp.health_input_mean_max, hp.health_input_std_min,
+                                                 hp.health_input_std_max)
+        m.check("input_stats", step, (mean, std), finding)
+        values.update(input_mean=mean, input_std=std)
+        value, finding = rules.loss_not_decreasing(m.losses, hp.health_loss_window, hp.health_loss_min_decrease)
+        m.check("loss_not_decreasing", step, value, finding)
+        values["loss_decrease"] = value
+        m.scalars(hp.job_dir, values, step)
+
+
+class EvalHealth(tf.estimator.Exporter):
+    """After each evaluation: per-class accuracy, over-training, and the evaluation's pictures.
+
+    An ``Exporter`` is what ``train_and_evaluate`` calls after each evaluation; it exports nothing.
+    """
+
+    def __init__(self, monitor: HealthMonitor, subset: str):
+        self._monitor = monitor
+        self._subset = subset
+        self._history = []
+
+    @property
+    def name(self):
+        return "health"
+
+    def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+        m, hp = self._monitor, self._monitor.hp
+        step = int(eval_result["global_step"])
+        log_dir = storage.join(hp.job_dir, "eval_" + self._subset)
+        if "confusion_matrix" in eval_result:
+            pictures.write_image(log_dir, "pictures/confusion_matrix", pictures.confusion_png(
+                eval_result["confusion_matrix"], "%s, step %d" % (self._subset, step)), step)
+        if "mistakes/images" in eval_result:
+            png = pictures.mistakes_png(eval_result["mistakes/images"], eval_result["mistakes/true"],
+                                        eval_result["mistakes/predicted"], eval_result["mistakes/confidence"])
+            if png:
+                pictures.write_image(log_dir, "pictures/most_confident_mistakes", png, step)
+        if hp.health_checks == "off":
+            return None
+        values = {}
+        per_class = [float(eval_result.get("per_class_accuracy/" + n, math.nan)) for n in fmt.CLASS_NAMES]
+        if all(math.isfinite(a) for a in per_class):
+            value, finding = rules.class_accuracy(fmt.CLASS_NAMES, per_class, hp.health_class_ratio)
+            m.check("class_accuracy", step, value, finding)
+            values["worst_class_ratio"] = value
+        train_loss = m.recent_train_loss()
+        if train_loss is not None and (not self._history or step > self._history[-1][0]):
+            self._history.append((step, float(eval_result["cross_entropy"]), train_loss))
+            value, finding = rules.overtraining(self._history, hp.health_overtraining_evals)
+            m.check("overtraining", step, value, finding)
+            values["validation_loss_rise"] = value
+        m.scalars(log_dir, values, step)
+        return None

@@ -1,0 +1,351 @@
+"""Health rules, their probes, the monitor, pictures, logs and the pre-flight check."""
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator import hparams as hparams_lib
+from estimator import logs
+from estimator.cifar10_format import CLASS_NAMES
+from estimator.convert import convert, read_archive
+from estimator.health import monitor as monitor_lib
+from estimator.health import pictures, probes, rules
+from estimator.model_fn import model_fn
+from tests import cifar_archives as ca
+from tests.conftest import REPO, free_port
+
+v1 = tf.compat.v1
+MODES = tf.estimator.ModeKeys
+
+
+def hp(**kw):
+    values = dict(data_dir="", job_dir="", num_gpus=0, num_layers=8, train_steps=10, num_train_examples=100,
+                  weight_decay=2e-4)
+    values.update(kw)
+    return hparams_lib.HParams(**values)
+
+
+# -- rules: exact boundaries ----------------------------------------------------------
+
+
+def test_init_loss_rule_boundaries():
+    ln10 = math.log(10)
+    assert rules.init_loss(ln10 + 0.25, 10, 0.25)[1] is None
+    value, finding = rules.init_loss(ln10 + 0.2501, 10, 0.25)
+    assert value == ln10 + 0.2501 and "too confident" in finding[1]
+    assert "labels may leak" in rules.init_loss(ln10 - 0.3, 10, 0.25)[1][1]
+
+
+def test_gradient_rules_boundaries():
+    names = ["a/kernel", "b/kernel"]
+    assert rules.vanishing_gradients(names, [1e-7, 1.0], 1e-7) == (1e-7, None)
+    value, finding = rules.vanishing_gradients(names, [1.0, 9.9e-8], 1e-7)
+    assert value == 9.9e-8 and "b/kernel" in finding[1]
+    assert rules.exploding_gradients(100.0, [1.0] * 4, 10) == (None, None)  # too little history
+    assert rules.exploding_gradients(10.0, [1.0, 1.0, 2.0, 0.5, 1.0], 10) == (10.0, None)
+    ratio, finding = rules.exploding_gradients(10.01, [1.0, 1.0, 2.0, 0.5, 1.0], 10)
+    assert ratio == pytest.approx(10.01) and "10.0x its running median 1" in finding[1]
+    assert rules.update_ratio(names, [1e-8, 10.0], 1e-8, 10)[1] is None
+    value, finding = rules.update_ratio(names, [1e-3, 10.5], 1e-8, 10)
+    assert value == 10.5 and "b/kernel" in finding[1] and "far too high" in finding[1]
+    value, finding = rules.update_ratio(names, [5e-9, 1e-3], 1e-8, 10)
+    assert value == 5e-9 and "a/kernel" in finding[1] and "barely moves" in finding[1]
+
+
+def test_dead_relu_rule_needs_a_full_window_and_counts_channels():
+    names = ["r1", "r2"]
+    alive = [np.array([True, True, True, True]), np.array([True, False, False, False])]
+    assert rules.dead_relus(names, [alive] * 2, 0.5, 3) == (None, None)
+    value, finding = rules.dead_relus(names, [alive] * 3, 0.5, 3)
+    assert value == 0.75 and "75% of the channels of r2" in finding[1]
+    # A channel active in any batch of the window is alive.
+    woke = [alive[0], np.array([False, True, True, False])]
+    assert rules.dead_relus(names, [alive, alive, woke], 0.5, 3) == (0.25, None)
+
+
+def test_input_and_loss_rules():
+    assert rules.input_stats(-0.05, 0.5, 0.5, 0.1, 1.0)[1] is None
+    assert "already" in rules.input_stats(-0.99, 0.002, 0.5, 0.1, 1.0)[1][1]  # pixels scaled to 0..1 twice
+    assert rules.input_stats(0.0, 1.01, 0.5, 0.1, 1.0)[1] is not None
+    assert rules.loss_not_decreasing([2.3] * 199, 100, 0.01) == (None, None)
+    value, finding = rules.loss_not_decreasing([2.0] * 100 + [1.98] * 100, 100, 0.01)
+    assert value == pytest.approx(0.01) and finding is None
+    value, finding = rules.loss_not_decreasing([2.0] * 100 + [1.99] * 100, 100, 0.01)
+    assert value == pytest.approx(0.005) and "not decreasing" in finding[1]
+
+
+def test_evaluation_rules():
+    history = [(10, 1.0, 2.0), (20, 1.1, 1.9), (30, 1.2, 1.8)]
+    assert rules.overtraining(history, 3) == (None, None)
+    value, finding = rules.overtraining(history + [(40, 1.3, 1.7)], 3)
+    assert value == pytest.approx(0.3) and "steps 10-40" in finding[1]
+    assert rules.overtraining(history + [(40, 1.3, 1.75), (50, 1.4, 1.76)], 3)[1] is None  # training loss rose
+    acc = [0.8] * 9 + [0.264]
+    value, finding = rules.class_accuracy(CLASS_NAMES, acc, 0.33)
+    assert value == pytest.approx(0.33) and finding is None
+    value, finding = rules.class_accuracy(CLASS_NAMES, [0.8] * 9 + [0.26], 0.33)
+    assert "class 'truck'" in finding[1]
+    assert rules.class_accuracy(CLASS_NAMES, [0.19] * 9 + [0.0], 0.33) == (None, None)  # early: quiet
+
+
+# -- the monitor --------------------------------------------------------------------
+
+
+def test_monitor_records_once_per_episode_and_stops_when_asked(tmp_path):
+    m = monitor_lib.HealthMonitor(hp(job_dir=str(tmp_path)))
+    m.check("input_stats", 0, (-1.0, 0.0), ("|mean| <= 0.5", "bad input"))
+    m.check("input_stats", 100, (-1.0, 0.0), ("|mean| <= 0.5", "bad input"))  # still firing: no new record
+    m.check("input_stats", 200, (0.0, 0.5), None)  # cleared
+    m.check("input_stats", 300, (-1.0, 0.0), ("|mean| <= 0.5", "bad input"))
+    record = json.load(open(str(tmp_path / "health.json")))
+    assert [(r["rule"], r["step"], r["value"], r["action"]) for r in record] == [
+        ("input_stats", 0, [-1.0, 0.0], "warn"), ("input_stats", 300, [-1.0, 0.0], "warn")]
+    assert set(record[0]) == {"rule", "step", "value", "threshold", "action", "message"}
+
+    stop = monitor_lib.HealthMonitor(hp(job_dir=str(tmp_path / "stop"), health_checks="stop"))
+    with pytest.raises(monitor_lib.HealthStop, match=r"step 7 by the health rule dead_relus .*: dead\. Last "
+                                                      r"checkpoint: none"):
+        stop.check("dead_relus", 7, 0.9, ("> 0.5", "dead."))
+    assert json.load(open(str(tmp_path / "stop" / "health.json")))[0]["action"] == "stop"
+
+
+# -- probes and evaluation metrics in the graph ------------------------------------------
+
+
+def test_probes_measure_the_data_gradient_without_weight_decay():
+    with tf.Graph().as_default():
+        v1.set_random_seed(1)
+        v1.train.create_global_step()
+        images = tf.random.uniform([8, 32, 32, 3], 0, 255, seed=1)
+        labels = tf.constant([0, 1, 2, 3, 4, 5, 6, 7])
+        model_fn(images, labels, MODES.TRAIN, hp(weight_decay=0.5, train_batch_size=8))
+        p = probes.get()
+        graph = v1.get_default_graph()
+        xent = graph.get_tensor_by_name("cross_entropy:0")
+        kernels = [v for v in v1.trainable_variables() if v.op.name.endswith("kernel")]
+        data_grads = tf.gradients(xent, kernels)
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            # One run, so the random images are the same for both.
+            got, want, active = sess.run([p["tensors"]["grad_mean_abs"], data_grads, p["tensors"]["relu_active"]])
+    assert p["kernel_names"][0] == "init_conv/kernel" and p["kernel_names"][-1] == "fc/kernel"
+    np.testing.assert_allclose(got, [np.abs(g).mean() for g in want], rtol=1e-3, atol=1e-9)
+    # ResNet-8 v1: stem, then two ReLUs per unit; channels 16, 16, 16, 32, 32, 64, 64.
+    assert [a.shape[0] for a in active] == [16, 16, 16, 32, 32, 64, 64]
+    assert p["relu_names"] == ["Relu", "stage1/unit1/Relu", "stage1/unit1/Relu_1", "stage2/unit1/Relu",
+                               "stage2/unit1/Relu_1", "stage3/unit1/Relu", "stage3/unit1/Relu_1"]
+
+
+def test_evaluation_metrics_confusion_matrix_and_mistakes_are_exact():
+    with tf.Graph().as_default():
+        v1.train.create_global_step()
+        images = tf.cast(tf.reshape(tf.range(6 * 32 * 32 * 3) % 256, [6, 32, 32, 3]), tf.float32)
+        labels = tf.constant([3, 1, 4, 1, 5, -1], tf.int32)
+        spec = model_fn(images, labels, MODES.EVAL, hp())
+        ops = spec.eval_metric_ops
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            for _ in range(2):  # two batches: the metrics accumulate
+                sess.run([op for _, op in ops.values()])
+            values = sess.run({k: v for k, (v, _) in ops.items()})
+            classes, probs = sess.run([spec.predictions["classes"], spec.predictions["probabilities"]])
+    want = np.zeros([10, 10])
+    for t, c in zip([3, 1, 4, 1, 5], classes[:5]):
+        want[t, c] += 2
+    np.testing.assert_array_equal(values["confusion_matrix"], want)
+    for c, name in enumerate(CLASS_NAMES):
+        mine = [i for i in range(5) if [3, 1, 4, 1, 5][i] == c]
+        expected = np.mean([classes[i] == c for i in mine]) if mine else 0.0
+        assert values["per_class_accuracy/" + name] == pytest.approx(expected)
+    wrong = [i for i in range(5) if classes[i] != [3, 1, 4, 1, 5][i]]
+    conf = sorted([probs[i].max() for i in wrong] * 2, reverse=True)
+    kept = values["mistakes/confidence"]
+    np.testing.assert_allclose(kept[:len(conf)], conf, rtol=1e-6)
+    assert (kept[len(conf):] == -1).all()  # slots never filled; the padding image never counts
+    first = max(wrong, key=lambda i: probs[i].max())
+    np.testing.assert_array_equal(values["mistakes/images"][0], (np.arange(6 * 3072) % 256).reshape(
+        6, 32, 32, 3)[first].astype(np.uint8))
+    assert values["mistakes/true"][0] == [3, 1, 4, 1, 5][first] and values["mistakes/predicted"][0] == classes[first]
+
+
+def test_pictures_are_pngs_of_the_right_size(tmp_path):
+    images = np.zeros([16, 32, 32, 3], np.uint8)
+    png = pictures.batch_grid(images, list(range(10)) + [0] * 6)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and pictures._png_size(png)[0] > 500
+    assert pictures.mistakes_png(images[:2], [0, 1], [1, 0], [-1.0, -1.0]) == b""  # nothing to show
+    matrix = np.diag(np.arange(1, 11))
+    assert pictures.confusion_png(matrix)[:4] == b"\x89PNG"
+
+
+# -- logs ---------------------------------------------------------------------------------
+
+
+def test_quiet_logs_drop_deprecations_and_chatter_but_keep_ours_and_other_warnings():
+    record = logging.LogRecord
+    quiet = logs._QuietFilter()
+
+    def keeps(level, message, ours=False):
+        r = record("tensorflow", level, __file__, 1, message, None, None)
+        if ours:
+            r.ours = True
+        return quiet.filter(r)
+
+    assert not keeps(logging.WARNING, "From x.py:1: RunConfig.__init__ (from y) is deprecated and will be removed")
+    assert not keeps(logging.INFO, "Calling model_fn.")
+    assert not keeps(logging.INFO, "loss = 2.3, step = 0")
+    assert keeps(logging.WARNING, "Skipping summary for x")
+    assert keeps(logging.ERROR, "anything")
+    assert keeps(logging.INFO, "Saving checkpoints for 30 into /j/model.ckpt.")
+    assert keeps(logging.INFO, "Evaluation [validation] at step 30", ours=True)
+    assert keeps(logging.INFO, "Restoring parameters from x", ours=True)
+
+
+def test_flag_errors_are_one_line_with_a_pointer_to_help():
+    proc = subprocess.run([sys.executable, "-m", "estimator.cifar10_main", "--data-dir", "x", "--health-checks",
+                           "loud"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-2:] == [
+        "python -m estimator.cifar10_main: error: argument --health-checks: invalid choice: 'loud' "
+        "(choose from 'off', 'warn', 'stop')", "(python -m estimator.cifar10_main --help lists the flags)"]
+    assert "usage:" not in proc.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--health-update-ratio-min", "1", "--health-update-ratio-max", "0.1"],
+     r"--health-update-ratio-min 1 must be below --health-update-ratio-max 0\.1"),
+    (["--health-dead-relu-fraction", "1.5"], r"--health-dead-relu-fraction 1\.5 must be in \(0, 1\)"),
+    (["--health-every-n-steps", "0"], r"--health-every-n-steps 0 must be positive"),
+])
+def test_bad_health_thresholds_are_refused(mini_records, flags, message):
+    proc = subprocess.run([sys.executable, "-m", "estimator.cifar10_main", "--data-dir", mini_records, "--job-dir",
+                           "/nonexistent/never-written", "--num-gpus", "0"] + flags, cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and __import__("re").search(message, proc.stderr), proc.stderr
+    assert not os.path.exists("/nonexistent/never-written")
+
+
+# -- end to end (slow) --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def blank_records(tmp_path_factory, mini_archive):
+    """The mini archive with every pixel zero: a data bug the rules and preflight must catch."""
+    tmp = tmp_path_factory.mktemp("blank")
+    raw = {}
+    for name, (data, labels) in read_archive(mini_archive).items():
+        raw[name] = {b"data": np.zeros_like(data), b"labels": [int(x) for x in labels],
+                     b"batch_label": name.encode()}
+    path = str(tmp / "blank.tar.gz")
+    sha = ca.write_tar(path, ca.official_members(raw))
+    convert(str(tmp / "data"), source=path, sha256=sha, progress=False, log=lambda *_: None)
+    return str(tmp / "data")
+
+
+def run_module(module, *flags, timeout=600):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-m", module] + list(flags), cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+SMALL = ["--num-gpus", "0", "--num-layers", "8", "--seed", "1"]
+
+
+@pytest.mark.slow
+def test_preflight_passes_on_real_images(mini_records, tmp_path):
+    rc, out = run_module("estimator.preflight", "--data-dir", mini_records, "--output", str(tmp_path), *SMALL)
+    assert rc == 0, out
+    checks = json.load(open(str(tmp_path / "preflight.json")))
+    assert [c["name"] for c in checks] == [
+        "label distribution (train)", "label distribution (validation)", "label distribution (eval)",
+        "loss at initialisation", "backprop dependency", "overfit one batch", "input-independent baseline",
+        "training batch picture"]
+    assert all(c["passed"] for c in checks) and "8 of 8 checks passed" in out
+    assert "4,068 images; per class 413 427 394 402 428 379 401 411 423 390" in checks[0]["detail"]
+    assert open(str(tmp_path / "training_batch.png"), "rb").read(4) == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_preflight_fails_the_baseline_on_blank_images(blank_records, tmp_path):
+    rc, out = run_module("estimator.preflight", "--data-dir", blank_records, "--output", str(tmp_path), *SMALL)
+    assert rc == 1, out
+    result = {c["name"]: c["passed"] for c in json.load(open(str(tmp_path / "preflight.json")))}
+    # Blank images carry nothing to learn or memorise; the network itself is sound.
+    assert [name for name, passed in result.items() if not passed] == ["overfit one batch",
+                                                                       "input-independent baseline"]
+    assert "6 of 8 checks passed: FAILED overfit one batch, input-independent baseline" in out
+
+
+@pytest.mark.slow
+def test_blank_images_stop_training_under_health_checks_stop(blank_records, tmp_path):
+    job = str(tmp_path / "job")
+    rc, out = run_module("estimator.cifar10_main", "--data-dir", blank_records, "--job-dir", job, *SMALL,
+                         "--train-steps", "50", "--train-batch-size", "32", "--health-checks", "stop")
+    assert rc == monitor_lib.EXIT_STATUS, out[-3000:]
+    assert out.strip().splitlines()[-1].startswith(
+        "error: training stopped at step 0 by the health rule input_stats (--health-checks stop): input "
+        "statistics: the network sees mean -1.000, std 0.000")
+    record = json.load(open(os.path.join(job, "health.json")))
+    assert [(r["rule"], r["step"], r["action"]) for r in record] == [("input_stats", 0, "stop")]
+    assert not os.path.exists(os.path.join(job, "results.json"))
+
+
+def fetch_json(url):
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read().decode())
+
+
+@pytest.mark.slow
+def test_health_scalars_and_pictures_reach_tensorboard(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    rc, out = run_module("estimator.cifar10_main", "--data-dir", mini_records, "--job-dir", job, *SMALL,
+                         "--train-steps", "30", "--train-batch-size", "32", "--save-checkpoints-steps", "15",
+                         "--eval-throttle-secs", "0", "--health-every-n-steps", "10", "--log-every-n-steps", "10",
+                         "--export", "false")
+    assert rc == 0, out[-3000:]
+    assert not os.path.exists(os.path.join(job, "health.json"))  # a healthy run: no alarms
+    assert open(os.path.join(job, "curves.png"), "rb").read(4) == b"\x89PNG"
+    port = free_port()
+    tensorboard = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "tensorboard"), "--logdir", job,
+                                    "--host", "127.0.0.1", "--port", str(port)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = "http://127.0.0.1:%d/data/plugin/" % port
+    try:
+        deadline, images = time.time() + 90, {}
+        while time.time() < deadline:
+            try:
+                images = fetch_json(base + "images/tags")
+                scalars = fetch_json(base + "scalars/tags")
+                if "pictures/confusion_matrix" in images.get("eval_validation", {}) and \
+                        "pictures/training_batch" in images.get(".", {}) and \
+                        "per_class_accuracy/cat" in scalars.get("eval_validation", {}):
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        assert "pictures/training_batch" in images["."], images
+        assert {"pictures/confusion_matrix", "pictures/most_confident_mistakes"} <= set(images["eval_validation"])
+        scalars = fetch_json(base + "scalars/tags")
+        assert {"health/gradient_norm", "health/init_loss", "health/input_mean", "health/input_std",
+                "health/min_gradient_mean_abs", "health/update_ratio_max"} <= set(scalars["."])
+        assert {"per_class_accuracy/" + n for n in CLASS_NAMES} <= set(scalars["eval_validation"])
+        norm = fetch_json(base + "scalars/scalars?tag=health/gradient_norm&run=.")
+        assert [step for _, step, _ in norm] == [0, 10, 20]
+        init = fetch_json(base + "scalars/scalars?tag=health/init_loss&run=.")
+        assert len(init) == 1 and abs(init[0][2] - math.log(10)) < 0.25
+        shots = fetch_json(base + "images/images?tag=pictures/confusion_matrix&run=eval_validation")
+        assert [s["step"] for s in shots] == [15, 30]
+        histograms = fetch_json(base + "histograms/tags")
+        assert {"weights/fc/kernel", "gradients/fc/kernel", "weights/init_conv/kernel"} <= set(histograms["."])
+    finally:
+        tensorboard.terminate()
+        tensorboard.wait(timeout=30)
