@@ -29,16 +29,18 @@ setup(
         "requests>=2.20",
         "tqdm>=4.40",
         "numpy>=1.16",
+        # The trainer's pictures (TensorBoard images, curves.png) and preflight's PNG.
+        "matplotlib>=3.5",
     ],
     extras_require={
         # Local installs; the cloud runtime (2.11 ... 2.15) brings its own TensorFlow.
         "tf": ["tensorflow-cpu>=2.11,<2.16"],
         # benchmarks/training_speed.py compares against PyTorch; never needed to train.
         "bench": ["torch>=2.1"],
-        # Pictures (predict's confusion matrix, tuning plots) and local tuning studies;
-        # the cloud trainer needs neither.
-        "tools": ["matplotlib>=3.5"],
-        "tune": ["optuna>=4.0", "matplotlib>=3.5"],
+        # Kept for old install lines: matplotlib is a core dependency now.
+        "tools": [],
+        # Local tuning studies; the cloud trainer does not need Optuna.
+        "tune": ["optuna>=4.0"],
     },
     entry_points={
         "console_scripts": [

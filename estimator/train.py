@@ -131,11 +131,13 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
     progress = hooks.ProgressHook(hp.train_steps, hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
     # First in the list: it must see a NaN before the Estimator's own NanTensorHook does.
     train_hooks = [nonfinite.NonFiniteHook(hp.job_dir), speed, progress]
-    monitor = health.HealthMonitor(hp, is_chief=cluster.is_chief)
-    if hp.health_checks != "off" and cluster.task_type != "evaluator":
-        train_hooks.append(health.HealthHook(monitor))
     # Vertex AI's TensorBoard reads its own directory; the Estimator writes beside the checkpoints.
     tensorboard_dir = os.environ.get("AIP_TENSORBOARD_LOG_DIR")
+    mirror = tensorboard_dir if tensorboard_dir and tensorboard_dir.rstrip("/") != hp.job_dir.rstrip("/") else None
+    monitor = health.HealthMonitor(hp, is_chief=cluster.is_chief or cluster.task_type == "evaluator",
+                                   mirror_dir=mirror)
+    if hp.health_checks != "off" and cluster.task_type != "evaluator":
+        train_hooks.append(health.HealthHook(monitor))
     eval_mirror = None
     if tensorboard_dir and tensorboard_dir.rstrip("/") != hp.job_dir.rstrip("/"):
         if cluster.is_chief:

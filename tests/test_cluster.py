@@ -104,7 +104,9 @@ def test_killed_master_resumes_from_its_last_checkpoint(mini_records, tmp_path):
                            workers=1, ps=1, env=ENV, out=None)
     with cluster:
         cluster.start()
-        cluster.wait_for("master", 0, r"Saving checkpoints for (5\d|[1-9]\d\d) into", timeout=180)
+        # Logged once the checkpoint and its state file are written.
+        cluster.wait_for("master", 0, r"Calling checkpoint listeners after saving checkpoint (5\d|[1-9]\d\d)\.",
+                         timeout=180)
         cluster.kill("master", 0)
         # What a restart must restore: the checkpoint the state file names (a
         # kill between writing a checkpoint and recording it leaves the older one).

@@ -81,6 +81,9 @@ def test_input_and_loss_rules():
     assert value == pytest.approx(0.01) and finding is None
     value, finding = rules.loss_not_decreasing([2.0] * 100 + [1.99] * 100, 100, 0.01)
     assert value == pytest.approx(0.005) and "not decreasing" in finding[1]
+    # A start above chance counts from chance: falling to the class prior is not learning.
+    assert rules.loss_not_decreasing([2.5] * 100 + [2.3] * 100, 100, 0.01, chance=math.log(10))[1] is not None
+    assert rules.loss_not_decreasing([2.5] * 100 + [2.27] * 100, 100, 0.01, chance=math.log(10))[1] is None
 
 
 def test_evaluation_rules():
@@ -143,6 +146,24 @@ def test_probes_measure_the_data_gradient_without_weight_decay():
     assert [a.shape[0] for a in active] == [16, 16, 16, 32, 32, 64, 64]
     assert p["relu_names"] == ["Relu", "stage1/unit1/Relu", "stage1/unit1/Relu_1", "stage2/unit1/Relu",
                                "stage2/unit1/Relu_1", "stage3/unit1/Relu", "stage3/unit1/Relu_1"]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_probes_run_in_mixed_precision(precision):
+    with tf.Graph().as_default():
+        v1.set_random_seed(0)  # fixed weights: fp16's first step (loss scale 2^15) is known not to overflow
+        v1.train.create_global_step()
+        spec = model_fn(tf.random.uniform([4, 32, 32, 3], 0, 255, seed=2), tf.constant([0, 1, 2, 3]), MODES.TRAIN,
+                        hp(precision=precision, train_batch_size=4))
+        tensors = {k: v for k, v in probes.get()["tensors"].items()}
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            _, got = sess.run([spec.train_op, tensors])
+    assert got["grad_mean_abs"].dtype == np.float32 and np.isfinite(got["grad_mean_abs"]).all()
+    assert np.isfinite(got["grad_norm"]) and got["grad_norm"] > 0
+    assert -1 <= got["input_mean"] < 1 and 0 < got["input_std"] <= 1
+    assert got["images"].dtype == np.uint8 and got["images"].shape == (4, 32, 32, 3)
+    assert all(a.dtype == bool for a in got["relu_active"])
 
 
 def test_evaluation_metrics_confusion_matrix_and_mistakes_are_exact():

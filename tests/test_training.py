@@ -178,6 +178,9 @@ def test_non_finite_loss_stops_at_once_with_a_message(mini_records, tmp_path):
     step = int(match.group(1))
     assert step < 10 and match.group(3) == os.path.join(job, "model.ckpt-0")
     record = json.load(open(os.path.join(job, "health.json")))
-    assert [(r["rule"], r["step"], r["action"]) for r in record] == [("non_finite", step, "stop")]
-    assert set(record[0]) == {"rule", "step", "value", "threshold", "action", "message"}
+    # The first step's update already said so (a warning), then the NaN stopped training.
+    assert [(r["rule"], r["step"], r["action"]) for r in record] == [("update_ratio", 0, "warn"),
+                                                                     ("non_finite", step, "stop")]
+    assert record[0]["value"] > 10 and "the learning rate is far too high" in record[0]["message"]
+    assert all(set(r) == {"rule", "step", "value", "threshold", "action", "message"} for r in record)
     assert not os.path.exists(os.path.join(job, "results.json"))

@@ -52,6 +52,10 @@ def test_trial_reports_validation_accuracy_to_hypertune_and_tensorboard(mini_rec
     mirrored = events(str(tmp_path / "vertex-tensorboard"))
     assert {"loss", "train/learning_rate"} <= set(mirrored) and mirrored["loss"][0][0] == 0
     assert [s for s, _ in events(str(tmp_path / "vertex-tensorboard" / "eval_validation"))["accuracy"]] == [10, 20]
+    # ... and the health scalars and pictures, which the trainer writes itself.
+    assert {"health/init_loss", "health/gradient_norm", "pictures/training_batch"} <= set(mirrored)
+    mirrored_eval = events(str(tmp_path / "vertex-tensorboard" / "eval_validation"))
+    assert [s for s, _ in mirrored_eval["pictures/confusion_matrix"]] == [10, 20]
 
     port = free_port()
     tensorboard = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "tensorboard"), "--logdir",

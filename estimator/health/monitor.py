@@ -39,10 +39,14 @@ class HealthStop(RuntimeError):
 class HealthMonitor(object):
     """Shared by the training hook and the evaluation exporter of one process."""
 
-    def __init__(self, hp, is_chief: bool = True):
+    def __init__(self, hp, is_chief: bool = True, mirror_dir: str = None):
+        """``is_chief``: this process writes records and summaries (the chief, or the
+        evaluator for the after-evaluation rules); ``mirror_dir``: Vertex AI's
+        TensorBoard directory, which gets the same summaries as the job dir."""
         self.hp = hp
         self.action = hp.health_checks
         self._is_chief = is_chief
+        self._mirror = mirror_dir
         self._firing = set()
         self.events = []
         self.losses = []  # training cross-entropy of every step of this process
@@ -50,9 +54,33 @@ class HealthMonitor(object):
     def scalars(self, log_dir: str, values: dict, step: int) -> None:
         values = {"health/" + k: v for k, v in values.items() if v is not None and math.isfinite(v)}
         if values and self._is_chief:
-            writer = v1.summary.FileWriterCache.get(log_dir)
-            writer.add_summary(v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=float(v))
-                                                 for k, v in sorted(values.items())]), step)
+            summary = v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=float(v))
+                                        for k, v in sorted(values.items())])
+            for directory in self.log_dirs(log_dir):
+                v1.summary.FileWriterCache.get(directory).add_summary(summary, step)
+
+    def log_dirs(self, log_dir: str):
+        """``log_dir`` (under the job dir) and its twin under the mirror directory, if any."""
+        dirs = [log_dir]
+        if self._mirror and log_dir.startswith(self.hp.job_dir.rstrip("/")):
+            dirs.append(self._mirror.rstrip("/") + log_dir[len(self.hp.job_dir.rstrip("/")):])
+        return dirs
+
+    def picture(self, log_dir: str, tag: str, draw, step: int) -> None:
+        """Draws a PNG (``draw()``) and writes it to ``log_dir`` (and its mirror). Without
+        matplotlib (a core dependency) says so once and training goes on."""
+        if not self._is_chief:
+            return
+        try:
+            png = draw()
+        except ImportError as e:
+            if not _warned_pictures:
+                _warned_pictures.append(e)
+                logs.warning("no pictures in TensorBoard: %s (pip install matplotlib)", e)
+            return
+        if png:
+            for directory in self.log_dirs(log_dir):
+                pictures.write_image(directory, tag, png, step)
 
     def check(self, rule: str, step: int, value, finding) -> None:
         """Reports ``finding`` of ``rule`` if it just turned bad."""
@@ -80,6 +108,9 @@ class HealthMonitor(object):
             return None
         recent = self.losses[-window:]
         return sum(recent) / len(recent)
+
+
+_warned_pictures = []
 
 
 def _jsonable(value):
@@ -129,8 +160,8 @@ class HealthHook(v1.train.SessionRunHook):
         if math.isfinite(xent):
             self._monitor.losses.append(xent)
         if "images" in r:
-            pictures.write_image(self._hp.job_dir, "pictures/training_batch",
-                                 pictures.batch_grid(r["images"], r["labels"]), step)
+            self._monitor.picture(self._hp.job_dir, "pictures/training_batch",
+                                  lambda: pictures.batch_grid(r["images"], r["labels"]), step)
         first, self._first_run = self._first_run, False
         if not self._rule_step:
             return
@@ -170,7 +201,8 @@ class HealthHook(v1.train.SessionRunHook):
                                                  hp.health_input_std_max)
         m.check("input_stats", step, (mean, std), finding)
         values.update(input_mean=mean, input_std=std)
-        value, finding = rules.loss_not_decreasing(m.losses, hp.health_loss_window, hp.health_loss_min_decrease)
+        value, finding = rules.loss_not_decreasing(m.losses, hp.health_loss_window, hp.health_loss_min_decrease,
+                                                   chance=math.log(len(fmt.CLASS_NAMES)))
         m.check("loss_not_decreasing", step, value, finding)
         values["loss_decrease"] = value
         m.scalars(hp.job_dir, values, step)
@@ -196,13 +228,12 @@ class EvalHealth(tf.estimator.Exporter):
         step = int(eval_result["global_step"])
         log_dir = storage.join(hp.job_dir, "eval_" + self._subset)
         if "confusion_matrix" in eval_result:
-            pictures.write_image(log_dir, "pictures/confusion_matrix", pictures.confusion_png(
+            m.picture(log_dir, "pictures/confusion_matrix", lambda: pictures.confusion_png(
                 eval_result["confusion_matrix"], "%s, step %d" % (self._subset, step)), step)
         if "mistakes/images" in eval_result:
-            png = pictures.mistakes_png(eval_result["mistakes/images"], eval_result["mistakes/true"],
-                                        eval_result["mistakes/predicted"], eval_result["mistakes/confidence"])
-            if png:
-                pictures.write_image(log_dir, "pictures/most_confident_mistakes", png, step)
+            m.picture(log_dir, "pictures/most_confident_mistakes", lambda: pictures.mistakes_png(
+                eval_result["mistakes/images"], eval_result["mistakes/true"], eval_result["mistakes/predicted"],
+                eval_result["mistakes/confidence"]), step)
         if hp.health_checks == "off":
             return None
         values = {}
