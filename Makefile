@@ -16,7 +16,7 @@ JOB_DIR ?= work/job
 # decay 0.9 lets the moving averages keep up in so short a run.
 RUN_FLAGS ?= --num-gpus 0 --num-layers 20 --train-steps 400 --batch-norm-decay 0.9 --seed 1
 
-.PHONY: venv run test lint bench bench-speed bench-recipes clean
+.PHONY: venv run test lint bench bench-speed bench-recipes bench-health clean
 
 $(VENV)/.installed: setup.py requirements.txt requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,10 @@ bench-speed: $(VENV)/.bench $(FULL_DATA_DIR)/cifar10_manifest.json
 # Time to accuracy of the recipes (5 + 30 minutes and the final evaluations).
 bench-recipes: venv $(FULL_DATA_DIR)/cifar10_manifest.json
 	$(PY) -m benchmarks.recipes --data-dir $(FULL_DATA_DIR) recipes/cpu_5min.args recipes/cpu_30min.args
+
+# What the health rules, pictures and histograms cost (three off/default pairs).
+bench-health: venv $(FULL_DATA_DIR)/cifar10_manifest.json
+	$(PY) -m benchmarks.health_overhead --data-dir $(FULL_DATA_DIR)
 
 clean:
 	rm -rf work

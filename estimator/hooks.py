@@ -267,7 +267,9 @@ class SummaryMirrorHook(v1.train.SessionRunHook):
 
 def write_scalars(log_dir: str, values: dict, step: int) -> None:
     """Writes scalar summaries (an evaluation's metrics) to ``log_dir``."""
-    writer = v1.summary.FileWriterCache.get(log_dir)
+    from estimator.health.pictures import summary_writer
+
+    writer = summary_writer(log_dir)
     summary = v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in sorted(values.items())
                                 if k != "global_step"])
     writer.add_summary(summary, step)

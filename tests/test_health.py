@@ -121,6 +121,32 @@ def test_monitor_records_once_per_episode_and_stops_when_asked(tmp_path):
     assert json.load(open(str(tmp_path / "stop" / "health.json")))[0]["action"] == "stop"
 
 
+def test_after_evaluation_rules_fire_on_built_cases_and_write_scalars(tmp_path):
+    m = monitor_lib.HealthMonitor(hp(job_dir=str(tmp_path), health_overtraining_evals=2))
+    check = monitor_lib.EvalHealth(m, "validation")
+    m.losses = [2.0] * 200
+    accuracies = [0.7] * 9 + [0.1]
+
+    def evaluate(step, val_loss, train_loss):
+        m.losses.extend([train_loss] * 200)
+        result = {"global_step": step, "cross_entropy": val_loss, "confusion_matrix": np.eye(10) * 50}
+        result.update({"per_class_accuracy/" + n: a for n, a in zip(CLASS_NAMES, accuracies)})
+        check.export(None, None, None, result, False)
+
+    evaluate(100, 1.0, 1.5)
+    evaluate(200, 1.1, 1.2)
+    evaluate(300, 1.2, 1.0)  # validation loss up twice while training loss fell
+    record = json.load(open(str(tmp_path / "health.json")))
+    assert [(r["rule"], r["step"]) for r in record] == [("class_accuracy", 100), ("overtraining", 300)]
+    assert "class 'truck' has accuracy 0.100 against 0.700" in record[0]["message"]
+    from tests.test_training import events
+
+    tags = events(str(tmp_path / "eval_validation"))
+    assert [s for s, _ in tags["health/validation_loss_rise"]] == [300]
+    assert tags["health/worst_class_ratio"][0] == (100, pytest.approx(0.1 / 0.7))
+    assert [s for s, _ in tags["pictures/confusion_matrix"]] == [100, 200, 300]
+
+
 # -- probes and evaluation metrics in the graph ------------------------------------------
 
 
@@ -164,6 +190,25 @@ def test_probes_run_in_mixed_precision(precision):
     assert -1 <= got["input_mean"] < 1 and 0 < got["input_std"] <= 1
     assert got["images"].dtype == np.uint8 and got["images"].shape == (4, 32, 32, 3)
     assert all(a.dtype == bool for a in got["relu_active"])
+
+
+def test_dead_relus_fire_through_the_hook_when_batch_norm_shifts_everything_below_zero(tmp_path):
+    # A batch-norm shift of -100 (as a runaway update can leave it) silences every ReLU after it.
+    params = hp(job_dir=str(tmp_path), train_batch_size=8, health_dead_relu_window=2, health_every_n_steps=1)
+    with tf.Graph().as_default():
+        v1.train.create_global_step()
+        spec = model_fn(tf.random.uniform([8, 32, 32, 3], 0, 255, seed=3), tf.range(8), MODES.TRAIN, params)
+        kill = [v1.assign(v, tf.fill(v.shape, -100.0)) for v in v1.global_variables() if v.op.name.endswith("beta")]
+        monitor = monitor_lib.HealthMonitor(params)
+        with v1.train.SingularMonitoredSession(hooks=[monitor_lib.HealthHook(monitor)]) as sess:
+            sess.run(spec.train_op)  # step 0: healthy
+            sess.raw_session().run(kill)
+            sess.run(spec.train_op)  # step 1: a window of two, one batch still alive
+            sess.run(spec.train_op)  # step 2: dead over the whole window
+    record = json.load(open(str(tmp_path / "health.json")))
+    dead = [r for r in record if r["rule"] == "dead_relus"]
+    assert [(r["step"], r["value"]) for r in dead] == [(2, 1.0)], record
+    assert "100% of the channels of Relu were never active over the last 2 checks" in dead[0]["message"]
 
 
 def test_evaluation_metrics_confusion_matrix_and_mistakes_are_exact():
@@ -304,6 +349,25 @@ def test_preflight_fails_the_baseline_on_blank_images(blank_records, tmp_path):
     assert [name for name, passed in result.items() if not passed] == ["overfit one batch",
                                                                        "input-independent baseline"]
     assert "6 of 8 checks passed: FAILED overfit one batch, input-independent baseline" in out
+
+
+@pytest.mark.slow
+def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mini_records, tmp_path):
+    # Real images, thresholds no healthy run meets: the probes, rules and records are wired for each rule.
+    job = str(tmp_path / "strict")
+    rc, out = run_module("estimator.cifar10_main", "--data-dir", mini_records, "--job-dir", job, *SMALL,
+                         "--train-steps", "60", "--train-batch-size", "32", "--eval-policy", "final", "--export",
+                         "false", "--health-every-n-steps", "5", "--health-init-loss-tolerance", "1e-6",
+                         "--health-vanishing-gradient", "1e3", "--health-exploding-factor", "1e-3",
+                         "--health-update-ratio-min", "5", "--health-loss-window", "10",
+                         "--health-loss-min-decrease", "0.99", "--health-input-mean-max", "1e-6")
+    assert rc == 0, out[-3000:]  # warn: training went on
+    record = json.load(open(os.path.join(job, "health.json")))
+    fired = {r["rule"]: r["step"] for r in record if r["rule"] not in ("class_accuracy", "overtraining")}
+    assert fired == {"init_loss": 0, "vanishing_gradients": 0, "update_ratio": 0, "input_stats": 0,
+                     "exploding_gradients": 25, "loss_not_decreasing": 20}, record
+    assert all(r["action"] == "warn" for r in record)
+    assert out.count("health: step ") == len(record)
 
 
 @pytest.mark.slow

@@ -57,7 +57,9 @@ class HealthMonitor(object):
             summary = v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=float(v))
                                         for k, v in sorted(values.items())])
             for directory in self.log_dirs(log_dir):
-                v1.summary.FileWriterCache.get(directory).add_summary(summary, step)
+                writer = pictures.summary_writer(directory)
+                writer.add_summary(summary, step)
+                writer.flush()
 
     def log_dirs(self, log_dir: str):
         """``log_dir`` (under the job dir) and its twin under the mirror directory, if any."""

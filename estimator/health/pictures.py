@@ -97,10 +97,19 @@ def _png_size(png: bytes):
     return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
 
 
-def write_image(log_dir: str, tag: str, png: bytes, step: int) -> None:
+def summary_writer(log_dir: str):
+    """The process's v1 ``FileWriter`` for ``log_dir`` (shared with the Estimator's); also
+    from eager code, e.g. after ``Estimator.evaluate`` (a v1 writer cannot be created eagerly)."""
     import tensorflow as tf
 
-    writer = tf.compat.v1.summary.FileWriterCache.get(log_dir)
+    if tf.executing_eagerly():
+        with tf.Graph().as_default():
+            return tf.compat.v1.summary.FileWriterCache.get(log_dir)
+    return tf.compat.v1.summary.FileWriterCache.get(log_dir)
+
+
+def write_image(log_dir: str, tag: str, png: bytes, step: int) -> None:
+    writer = summary_writer(log_dir)
     writer.add_summary(image_summary(tag, png), step)
     writer.flush()
 

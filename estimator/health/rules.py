@@ -15,8 +15,9 @@ each boundary with exact numbers. Sources of the defaults:
 * dead ReLUs: more than half of a layer's channels never positive over a window
   of batches (Karpathy; Lu et al. 2019 "Dying ReLU");
 * input statistics: this network scales images as x / 128 - 1, so real images
-  give mean near -0.05 and std near 0.5; far from that means the pixels were
-  already scaled (0..1) or are not images;
+  give a mean between about -0.2 (the zero padding of distorted crops pulls it
+  down) and -0.05, and a std near 0.55 (measured on the real-pixel archive);
+  far from that means the pixels were already scaled (0..1) or are not images;
 * over-training: validation loss rising over several evaluations while the
   training loss falls; one class far below the rest.
 """
@@ -104,7 +105,7 @@ def input_stats(mean: float, std: float, mean_max: float, std_min: float, std_ma
         return (mean, std), None
     return (mean, std), ("|mean| <= %g, std in [%g, %g]" % (mean_max, std_min, std_max), (
         "input statistics: the network sees mean %.3f, std %.3f after its scaling x / 128 - 1 (real "
-        "images give about -0.05 and 0.5). Pixels must be 0..255: were they scaled already, or are the "
+        "images give about -0.2 to -0.05 and 0.55). Pixels must be 0..255: were they scaled already, or are the "
         "records not images?" % (mean, std)))
 
 
