@@ -141,24 +141,11 @@ def confusion_matrix(labels, predicted) -> np.ndarray:
 
 
 def save_confusion_png(matrix: np.ndarray, path: str, title: str) -> None:
-    import matplotlib
+    """The same picture the trainer puts in TensorBoard after each evaluation."""
+    from estimator.health import pictures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 6))
-    ax.imshow(matrix, cmap="Blues")
-    ax.set_xticks(range(fmt.NUM_CLASSES), fmt.CLASS_NAMES, rotation=45, ha="right")
-    ax.set_yticks(range(fmt.NUM_CLASSES), fmt.CLASS_NAMES)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    for (i, j), n in np.ndenumerate(matrix):
-        ax.text(j, i, str(n), ha="center", va="center", fontsize=7,
-                color="white" if n > matrix.max() / 2 else "black")
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with open(path, "wb") as f:
+        f.write(pictures.confusion_png(matrix, title))
 
 
 def score_records(model_dir: str, records: str, batch_size: int = 500):
