@@ -84,7 +84,7 @@ class HParams:
     health_loss_window: int = 200
     health_loss_min_decrease: float = 0.01
     health_overtraining_evals: int = 3
-    health_class_ratio: float = 0.33
+    health_class_ratio: float = 0.25
     # From the environment, not flags: the number of training processes
     # (TF_CONFIG) and of training images (the data's manifest).
     num_workers: int = 1
