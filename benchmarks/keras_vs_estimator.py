@@ -105,7 +105,7 @@ def estimator_rate(args, precision="fp32"):
                  train_batch_size=args.batch_size, batch_norm_decay=args.batch_norm_decay, precision=precision,
                  data_format="channels_last", seed=0, log_every_n_steps=10 ** 6,
                  num_train_examples=data.num_examples_per_epoch())
-    speed = hooks.ExamplesPerSecondHook(args.batch_size, every_n_steps=10 ** 6, warmup_steps=args.warmup)
+    speed = hooks.ExamplesPerSecondHook(args.batch_size, warmup_steps=args.warmup)
     with tempfile.TemporaryDirectory() as job_dir:
         config = tf.estimator.RunConfig(model_dir=job_dir, save_checkpoints_secs=None,
                                         save_checkpoints_steps=10 ** 9, save_summary_steps=10 ** 9,

@@ -16,11 +16,7 @@ logs.quiet_imports()
 import tensorflow as tf  # noqa: E402
 
 from estimator import cluster as cluster_lib  # noqa: E402
-from estimator import (  # noqa: E402
-    health,  # noqa: E402
-    storage,
-    train,
-)
+from estimator import health, storage, train  # noqa: E402
 from estimator import hparams as hparams_lib  # noqa: E402
 from estimator.cifar10 import Cifar10DataSet, MissingDataError  # noqa: E402
 from estimator.health import nonfinite  # noqa: E402

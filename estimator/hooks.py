@@ -70,40 +70,27 @@ class ProgressHook(v1.train.SessionRunHook):
                   float(r["xent"]), float(r["acc"]), float(r["lr"]), _clock(now - self._start), eta)
 
 
-
 class ExamplesPerSecondHook(v1.train.SessionRunHook):
-    """Logs examples/sec every N steps and keeps the steady-state rate.
+    """Keeps the steady-state examples/sec (``results.json``; the progress line logs the current rate).
 
     The first ``warmup_steps`` are left out of the steady-state rate: they pay
     for graph optimisation, filling the shuffle buffer and XLA compilation.
     """
 
-    def __init__(self, examples_per_step: int, every_n_steps: int = 100, warmup_steps: int = 10,
-                 log: bool = True):
-        self._log = log
+    def __init__(self, examples_per_step: int, warmup_steps: int = 10):
         self._examples_per_step = examples_per_step
-        self._every_n_steps = every_n_steps
         self._warmup_steps = warmup_steps
         self._steps = 0
         self._start = None
-        self._window_start = None
         self._last = None
 
     def after_run(self, run_context, run_values):
         now = time.perf_counter()
         self._steps += 1
         if self._steps == self._warmup_steps:
-            self._start = self._window_start = now
-            return
-        if self._start is None:
-            return
-        self._last = now
-        since = self._steps - self._warmup_steps
-        if self._log and since % self._every_n_steps == 0:
-            rate = self._every_n_steps * self._examples_per_step / (now - self._window_start)
-            v1.logging.info("examples/sec: %.1f (steady state so far: %.1f)", rate,
-                            self.steady_state_examples_per_sec)
-            self._window_start = now
+            self._start = now
+        elif self._start is not None:
+            self._last = now
 
     @property
     def steady_state_examples_per_sec(self):

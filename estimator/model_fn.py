@@ -312,7 +312,7 @@ def _flip_tta_accuracy(hp, images, labels, logits, weights):
     original; reported beside the plain accuracy, never instead of it.
     """
     flipped, _, _ = build_towers(hp, tf.reverse(images, axis=[2]), labels, tf.estimator.ModeKeys.EVAL,
-                              reuse=True)
+                                 reuse=True)
     flipped_logits = tf.concat([o.logits for o in flipped], axis=0)
     probabilities = tf.nn.softmax(logits) + tf.nn.softmax(flipped_logits)
     return v1.metrics.accuracy(tf.maximum(labels, 0), tf.argmax(probabilities, axis=1, output_type=tf.int32),

@@ -127,7 +127,7 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
     config = run_config(hp, cluster)
     # Flip test-time augmentation costs a second forward pass: only the final test evaluation pays it.
     estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=config, params=hp.replace(eval_flip_tta=False))
-    speed = hooks.ExamplesPerSecondHook(hp.train_batch_size, every_n_steps=hp.log_every_n_steps, log=False)
+    speed = hooks.ExamplesPerSecondHook(hp.train_batch_size)
     progress = hooks.ProgressHook(hp.train_steps, hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
     # First in the list: it must see a NaN before the Estimator's own NanTensorHook does.
     train_hooks = [nonfinite.NonFiniteHook(hp.job_dir), speed, progress]
@@ -139,10 +139,10 @@ def run(hp: hparams_lib.HParams, cluster: cluster_lib.Cluster):
     if hp.health_checks != "off" and cluster.task_type != "evaluator":
         train_hooks.append(health.HealthHook(monitor))
     eval_mirror = None
-    if tensorboard_dir and tensorboard_dir.rstrip("/") != hp.job_dir.rstrip("/"):
+    if mirror:
         if cluster.is_chief:
-            train_hooks.append(hooks.SummaryMirrorHook(tensorboard_dir, min(100, hp.log_every_n_steps)))
-        eval_mirror = storage.join(tensorboard_dir, "eval_" + VALIDATION_SUBSET)
+            train_hooks.append(hooks.SummaryMirrorHook(mirror, min(100, hp.log_every_n_steps)))
+        eval_mirror = storage.join(mirror, "eval_" + VALIDATION_SUBSET)
     reporter = hooks.EvalReporter(VALIDATION_SUBSET, mirror_dir=eval_mirror, trial=cluster.trial)
     after_eval = [reporter, health.EvalHealth(monitor, VALIDATION_SUBSET)]
     if hp.export:

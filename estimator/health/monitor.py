@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from estimator import cifar10_format as fmt
-from estimator import logs, storage
+from estimator import hooks, logs, storage
 from estimator.health import nonfinite, pictures, probes, rules
 
 v1 = tf.compat.v1
@@ -54,12 +54,8 @@ class HealthMonitor(object):
     def scalars(self, log_dir: str, values: dict, step: int) -> None:
         values = {"health/" + k: v for k, v in values.items() if v is not None and math.isfinite(v)}
         if values and self._is_chief:
-            summary = v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=float(v))
-                                        for k, v in sorted(values.items())])
             for directory in self.log_dirs(log_dir):
-                writer = pictures.summary_writer(directory)
-                writer.add_summary(summary, step)
-                writer.flush()
+                hooks.write_scalars(directory, values, step)
 
     def log_dirs(self, log_dir: str):
         """``log_dir`` (under the job dir) and its twin under the mirror directory, if any."""
