@@ -37,8 +37,6 @@ setup(
         "tf": ["tensorflow-cpu>=2.11,<2.16"],
         # benchmarks/training_speed.py compares against PyTorch; never needed to train.
         "bench": ["torch>=2.1"],
-        # Kept for old install lines: matplotlib is a core dependency now.
-        "tools": [],
         # Local tuning studies; the cloud trainer does not need Optuna.
         "tune": ["optuna>=4.0"],
     },

@@ -17,10 +17,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 
 from benchmarks.common import print_machine, write_result
+from estimator import processes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = {
@@ -30,9 +30,9 @@ SETTINGS = {
 
 
 def run(data_dir, job_dir, steps, layers, extra):
-    command = [sys.executable, "-m", "estimator.cifar10_main", "--data-dir", data_dir, "--job-dir", job_dir,
+    command = processes.trainer_command(["--data-dir", data_dir, "--job-dir", job_dir,
                "--num-gpus", "0", "--num-layers", str(layers), "--train-steps", str(steps), "--seed", "1",
-               "--eval-policy", "final", "--export", "false", "--save-checkpoints-secs", "100000"] + extra
+               "--eval-policy", "final", "--export", "false", "--save-checkpoints-secs", "100000"] + extra)
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit("failed (exit %d):\n%s" % (proc.returncode, proc.stderr[-3000:]))

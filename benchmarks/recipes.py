@@ -19,14 +19,15 @@ import tempfile
 import time
 
 from benchmarks.common import print_machine, write_result
+from estimator import processes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
     """Runs one recipe to the end; returns its results.json plus the wall time."""
-    command = [sys.executable, "-m", "estimator.cifar10_main", "@" + recipe, "--data-dir", data_dir,
-               "--job-dir", job_dir] + list(extra)
+    command = processes.trainer_command(["@" + recipe, "--data-dir", data_dir,
+               "--job-dir", job_dir] + list(extra))
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -46,10 +47,7 @@ def main(argv=None):
     parser.add_argument("--data-dir", required=True, help="TFRecords of the full data set.")
     parser.add_argument("--job-root", default=None, help="Where the jobs go (default: a temporary directory).")
     parser.add_argument("--out", default="benchmarks/results/recipes.json")
-    argv = sys.argv[1:] if argv is None else argv
-    extra = []
-    if "--" in argv:
-        argv, extra = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    argv, extra = processes.split_argv(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     print_machine()
     rows = []

@@ -42,12 +42,15 @@ class CorruptDataError(MissingDataError):
     """The TFRecords disagree with the manifest written beside them."""
 
 
-def read_manifest(data_dir: str):
-    """The parsed manifest of ``data_dir``, or None for records without one."""
-    path = storage.join(data_dir, fmt.MANIFEST_NAME)
-    if not storage.exists(path):
-        return None
-    return fmt.parse_manifest(storage.read_text(path), path)
+def verify_splits(data_dir: str) -> int:
+    """Checks every split's records against the manifest; returns the number of training images.
+
+    Raises:
+      MissingDataError: a split is missing or disagrees with the manifest (the message says how to fix it).
+    """
+    for subset in fmt.SUBSETS:
+        Cifar10DataSet(data_dir, subset).verify()
+    return Cifar10DataSet(data_dir, fmt.TRAIN).num_examples_per_epoch()
 
 
 def decode(serialized):
@@ -95,7 +98,7 @@ def _distort_to_float(images, seed):
 class Cifar10DataSet(object):
     """CIFAR-10 TFRecords of one subset, as written by generate_cifar10_tfrecords.py."""
 
-    def __init__(self, data_dir: str, subset: str = "train", use_distortion: bool = True,
+    def __init__(self, data_dir: str, subset: str = fmt.TRAIN, use_distortion: bool = True,
                  seed=None):
         """
         Args:
@@ -115,7 +118,7 @@ class Cifar10DataSet(object):
         self.seed = random.SystemRandom().randrange(2**31) if seed is None else int(seed)
         if not data_dir or not storage.exists(self.get_filenames()[0]):
             raise _missing(data_dir, fmt.record_filename(subset))
-        self._manifest = read_manifest(data_dir)
+        self._manifest = fmt.read_manifest(data_dir)
 
     def verify(self, count_records: bool = True) -> None:
         """Checks the subset's file against the manifest: its size, and (local files) its record count.
@@ -163,7 +166,7 @@ class Cifar10DataSet(object):
         if batch_size < 1:
             raise ValueError("batch_size must be positive, got %d." % batch_size)
         records = tf.data.TFRecordDataset(self.get_filenames())
-        if self.subset == "train":
+        if self.subset == fmt.TRAIN:
             # The whole training set fits in memory (40,000 x 3 KB): a full
             # shuffle buffer gives a true random permutation each epoch.
             records = records.shuffle(self.num_examples_per_epoch(), seed=self.seed,

@@ -43,8 +43,24 @@ SPLITS = {
     "eval": ("test_batch",),
 }
 SUBSETS = tuple(SPLITS)
+# Their roles: training; the split periodic evaluations and tuning look at; the held-out test split.
+TRAIN, VALIDATION, TEST = SUBSETS
 MANIFEST_NAME = "cifar10_manifest.json"
 MANIFEST_FORMAT = 1
+
+
+def read_manifest(data_dir: str):
+    """The parsed manifest of ``data_dir`` (local or ``gs://``), or None for records without one.
+
+    Raises:
+      ValueError: the manifest is malformed (``parse_manifest``).
+    """
+    from estimator import storage
+
+    path = storage.join(data_dir, MANIFEST_NAME)
+    if not storage.exists(path):
+        return None
+    return parse_manifest(storage.read_text(path), path)
 
 
 def record_filename(subset: str) -> str:

@@ -58,14 +58,17 @@ class Cluster:
         return self.task_type == "worker" and self.task_index == 0 and not has_chief
 
 
-def parse(text) -> Cluster:
+def parse(text, trial=None) -> Cluster:
     """Parses a TF_CONFIG value (None or empty: local training).
+
+    ``trial``: ``CLOUD_ML_TRIAL_ID`` (AI Platform's tuning trial), used when
+    ``task.trial`` does not name one.
 
     Raises:
       ClusterConfigError: naming what is wrong and what a valid value looks like.
     """
     if not text or not text.strip():
-        return Cluster(trial=os.environ.get("CLOUD_ML_TRIAL_ID") or None)
+        return Cluster(trial=trial or None)
     try:
         config = json.loads(text)
     except ValueError as e:
@@ -90,7 +93,7 @@ def parse(text) -> Cluster:
                 "TF_CONFIG cluster role %r must list \"host:port\" addresses, got %r." % (role, addresses))
     spec = {r: list(a.values()) if isinstance(a, dict) else list(a) for r, a in spec.items()}
     task_type = task.get("type")
-    trial = task.get("trial") or os.environ.get("CLOUD_ML_TRIAL_ID") or None
+    trial = task.get("trial") or trial or None
     if not spec:
         # The Estimator's rule: without a cluster, a task can only be worker 0.
         if task_type not in (None, "", "worker") or task.get("index", 0) not in (0, "0"):
@@ -126,8 +129,21 @@ def parse(text) -> Cluster:
                    trial=str(trial) if trial else None)
 
 
-def from_environment() -> Cluster:
-    return parse(os.environ.get("TF_CONFIG"))
+def from_environment(environ=None) -> Cluster:
+    """``TF_CONFIG`` and ``CLOUD_ML_TRIAL_ID`` of ``environ`` (default ``os.environ``)."""
+    environ = os.environ if environ is None else environ
+    return parse(environ.get("TF_CONFIG"), environ.get("CLOUD_ML_TRIAL_ID"))
+
+
+def tf_config(spec: dict, task_type: str, index: int, trial=None) -> str:
+    """The ``TF_CONFIG`` value the services give one task (what ``parse`` reads back)."""
+    task = {"type": task_type, "index": index}
+    if trial is not None:
+        task["trial"] = str(trial)
+    config = {"task": task, "environment": "cloud"}
+    if spec:
+        config["cluster"] = spec
+    return json.dumps(config)
 
 
 class UnreachableError(RuntimeError):

@@ -260,12 +260,11 @@ def _write_records(path: str, data: np.ndarray, labels: np.ndarray) -> dict:
 
 def existing_manifest(data_dir: str):
     """The manifest of a complete earlier conversion in ``data_dir``, or None."""
-    path = storage.join(data_dir, fmt.MANIFEST_NAME)
-    if not storage.exists(path):
-        return None
     try:
-        manifest = fmt.parse_manifest(storage.read_text(path), path)
+        manifest = fmt.read_manifest(data_dir)
     except ValueError:
+        return None
+    if manifest is None:
         return None
     for name, entry in manifest["files"].items():
         if storage.size(storage.join(data_dir, name)) != int(entry["bytes"]):

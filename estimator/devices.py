@@ -11,12 +11,28 @@ type and index, so the two compose.
 
 from __future__ import annotations
 
-import tensorflow as tf
+# TensorFlow is imported where used: hparams (and so the cloud-side commands
+# that only read flags) need tower_devices without it.
 
 VARIABLE_OPS = ("Variable", "VariableV2", "VarHandleOp")
 
 
+def tower_devices(num_gpus: int, num_cpu_towers: int):
+    """Devices that each run one tower: GPUs, else N CPU devices, else the CPU."""
+    if num_gpus > 0:
+        return ["/gpu:%d" % i for i in range(num_gpus)]
+    return ["/cpu:%d" % i for i in range(max(1, num_cpu_towers))]
+
+
+def visible_gpus() -> int:
+    import tensorflow as tf
+
+    return len(tf.config.list_physical_devices("GPU"))
+
+
 def _merge(device: str, current: str) -> str:
+    import tensorflow as tf
+
     # Whatever is already set on the op (an explicit tf.device) wins.
     return tf.DeviceSpec.from_string(device).make_merged_spec(
         tf.DeviceSpec.from_string(current or "")).to_string()
@@ -30,6 +46,8 @@ class GreedyPlacer(object):
         self.load = [0] * len(self.devices)
 
     def __call__(self, op) -> str:
+        import tensorflow as tf
+
         i = self.load.index(min(self.load))
         shape = tf.TensorShape(op.get_attr("shape"))
         dtype = tf.as_dtype(op.get_attr("dtype"))

@@ -7,46 +7,13 @@ job ``J``: its latest by default. The network is rebuilt from the job's
 """
 
 import argparse
-import dataclasses
-import json
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
-
-from estimator import storage  # noqa: E402
-from estimator.hparams import HParams  # noqa: E402
+from estimator import config  # noqa: E402
 from estimator.serving import signatures  # noqa: E402
-
-
-def job_hparams(job_dir: str) -> HParams:
-    """The HParams a job recorded in its hparams.json.
-
-    Raises:
-      FileNotFoundError: the job dir has no hparams.json.
-    """
-    path = storage.join(job_dir, "hparams.json")
-    if not storage.exists(path):
-        raise FileNotFoundError("%s not found: --job-dir must be a directory that "
-                                "python -m estimator.cifar10_main trained into." % path)
-    recorded = json.loads(storage.read_text(path))["hparams"]
-    known = {f.name for f in dataclasses.fields(HParams)}
-    return HParams(**{k: v for k, v in recorded.items() if k in known})
-
-
-def resolve_checkpoint(job_dir: str, checkpoint=None) -> str:
-    """``checkpoint`` (a prefix such as JOB/model.ckpt-400), else the job's latest."""
-    if checkpoint:
-        if not tf.io.gfile.exists(checkpoint + ".index"):
-            raise FileNotFoundError("%s is not a checkpoint (no %s.index): pass a prefix such as "
-                                    "%s/model.ckpt-1000." % (checkpoint, checkpoint, job_dir))
-        return checkpoint
-    latest = tf.train.latest_checkpoint(job_dir)
-    if latest is None:
-        raise FileNotFoundError("%s holds no checkpoint yet: train first, or pass --checkpoint." % job_dir)
-    return latest
 
 
 def main(argv=None) -> int:
@@ -56,8 +23,8 @@ def main(argv=None) -> int:
     parser.add_argument("--output", required=True, help="Directory to create for the SavedModel.")
     args = parser.parse_args(argv)
     try:
-        hp = job_hparams(args.job_dir)
-        checkpoint = resolve_checkpoint(args.job_dir, args.checkpoint)
+        hp = config.load(args.job_dir)
+        checkpoint = signatures.resolve_checkpoint(args.job_dir, args.checkpoint)
         path = signatures.export_saved_model(checkpoint, args.output, hp)
     except (FileNotFoundError, FileExistsError, signatures.CheckpointMismatchError) as e:
         print("error: %s" % e, file=sys.stderr)

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from estimator import logs
+from estimator import logs, summaries
 
 v1 = tf.compat.v1
 
@@ -34,10 +34,12 @@ class ProgressHook(v1.train.SessionRunHook):
         self._start = time.perf_counter()
 
     def begin(self):
+        from estimator import model_fn as m  # here: model_fn builds on this module
+
         graph = v1.get_default_graph()
         self._fetches = {"step": v1.train.get_global_step()}
-        for key, name in (("loss", "total_loss:0"), ("xent", "cross_entropy:0"), ("acc", "train_accuracy:0"),
-                          ("lr", "learning_rate:0")):
+        for key, name in (("loss", m.TOTAL_LOSS), ("xent", m.CROSS_ENTROPY), ("acc", m.TRAIN_ACCURACY),
+                          ("lr", m.LEARNING_RATE)):
             self._fetches[key] = graph.get_tensor_by_name(name)
         self._last = None  # (time, step) of the previous line
 
@@ -150,7 +152,7 @@ class EvalReporter(tf.estimator.Exporter):
             self._subset, result["global_step"], result["accuracy"], result["cross_entropy"],
             result["loss"], int(result["eval_examples"]))
         if self._mirror_dir:
-            write_scalars(self._mirror_dir, result, int(result["global_step"]))
+            summaries.write_scalars(self._mirror_dir, result, int(result["global_step"]))
         if self._report_metric:
             _HyperTune.report(self._metric_tag, float(result[self._metric_tag]),
                               int(result["global_step"]), checkpoint_path, trial=self._trial)
@@ -250,14 +252,3 @@ class SummaryMirrorHook(v1.train.SessionRunHook):
 
     def end(self, session):
         self._writer.flush()
-
-
-def write_scalars(log_dir: str, values: dict, step: int) -> None:
-    """Writes scalar summaries (an evaluation's metrics) to ``log_dir``."""
-    from estimator.health.pictures import summary_writer
-
-    writer = summary_writer(log_dir)
-    summary = v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in sorted(values.items())
-                                if k != "global_step"])
-    writer.add_summary(summary, step)
-    writer.flush()

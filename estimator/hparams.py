@@ -1,26 +1,36 @@
-"""The trainer's flags and the one hyperparameter object built from them.
+"""The trainer's flags, the one hyperparameter object built from them, and their validation.
 
 ``build_parser()`` defines the flags (the original tutorial's names and
-defaults, plus a few of our own); ``from_args()`` validates them at the
-boundary and returns a frozen ``HParams``, which ``model_fn`` receives as
-``params`` and reads nothing else. Derived numbers (towers, per-tower batch,
-learning-rate boundaries) come from the small pure functions below.
+defaults, plus a few of our own); ``validate()`` checks them at the boundary;
+``HParams`` is the frozen result, which ``model_fn`` receives as ``params``
+and reads nothing else. ``estimator.config`` turns a command line and the
+environment into an ``HParams`` (the one place that reads the environment);
+derived numbers live with their owners (``devices``, ``schedules``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from estimator import cifar10_model, schedules
-from estimator import cluster as cluster_lib
-from estimator.model_base import COMPUTE_DTYPES
+from estimator import cifar10_model, devices, schedules
+from estimator.cluster import Cluster
+from estimator.model_base import COMPUTE_DTYPES, DATA_FORMATS
 
 EVAL_POLICIES = ("periodic", "final")
 HEALTH_ACTIONS = ("off", "warn", "stop")
+
+
+def _threshold(default, low=None, high=None, help=None):
+    """A health-rule threshold: its default, range and help, declared once.
+
+    ``low``/``high`` are exclusive bounds (None: unbounded); the parser and
+    ``validate`` both read them from the field's metadata.
+    """
+    return field(default=default, metadata={"health_threshold": True, "range": (low, high), "help": help})
+
 
 @dataclass(frozen=True)
 class HParams:
@@ -48,7 +58,11 @@ class HParams:
     label_smoothing: float = 0.0
     precision: str = "fp32"
     eval_policy: str = "periodic"
+    # Flip TTA costs a second forward pass: the final test evaluation pays it with
+    # --eval-flip-tta; the validation evaluations during training only with
+    # --validation-flip-tta (so hparams.json says which evaluations had it).
     eval_flip_tta: bool = False
+    validation_flip_tta: bool = False
     export: bool = True
     use_distortion_for_training: bool = True
     sync: bool = False
@@ -70,25 +84,41 @@ class HParams:
     histograms: bool = True
     # Health rules (estimator.health.rules: sources of the defaults there).
     health_checks: str = "warn"
-    health_every_n_steps: int = 100
-    health_init_loss_tolerance: float = 0.25
-    health_vanishing_gradient: float = 1e-7
-    health_exploding_factor: float = 10.0
-    health_update_ratio_min: float = 1e-8
-    health_update_ratio_max: float = 10.0
-    health_dead_relu_fraction: float = 0.5
-    health_dead_relu_window: int = 5
-    health_input_mean_max: float = 0.5
-    health_input_std_min: float = 0.1
-    health_input_std_max: float = 1.0
-    health_loss_window: int = 200
-    health_loss_min_decrease: float = 0.01
-    health_overtraining_evals: int = 3
-    health_class_ratio: float = 0.25
-    # From the environment, not flags: the number of training processes
-    # (TF_CONFIG) and of training images (the data's manifest).
+    health_every_n_steps: int = _threshold(100, 0)
+    health_init_loss_tolerance: float = _threshold(
+        0.25, 0, help="Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019).")
+    health_vanishing_gradient: float = _threshold(
+        1e-7, help="A layer whose mean |gradient| of the data loss is below this has vanishing gradients.")
+    health_exploding_factor: float = _threshold(
+        10.0, 0, help="The global gradient norm above this multiple of its running median is exploding.")
+    health_update_ratio_min: float = _threshold(
+        1e-8, 0, help="Lowest healthy learning rate x |gradient| / |weights| of a layer (CS231n: ~1e-3).")
+    health_update_ratio_max: float = _threshold(10.0, 0)
+    health_dead_relu_fraction: float = _threshold(
+        0.5, 0, 1, help="More than this fraction of a layer's channels never active is a dead layer.")
+    health_dead_relu_window: int = _threshold(
+        5, 0, help="Checks (batches) over which a channel must never be active to count as dead.")
+    health_input_mean_max: float = _threshold(
+        0.5, help="Largest |mean| of the input after the network's scaling x / 128 - 1.")
+    health_input_std_min: float = _threshold(0.1)
+    health_input_std_max: float = _threshold(1.0, 0)
+    health_loss_window: int = _threshold(
+        200, 0, help="Steps averaged to smooth the training loss for the not-decreasing rule.")
+    health_loss_min_decrease: float = _threshold(
+        0.01, help="Relative decrease of the smoothed loss (last window against the first) below "
+        "which the loss is not decreasing.")
+    health_overtraining_evals: int = _threshold(
+        3, 0, help="Evaluations in a row with rising validation loss and falling training loss.")
+    health_class_ratio: float = _threshold(
+        0.25, 0, 1, help="A class whose validation accuracy is below this fraction of the others' mean.")
+    # Resolved from the environment by estimator.config, not flags: where this
+    # process stands in the job (TF_CONFIG; its trial), how many processes
+    # train, how many training images the data's manifest lists, and Vertex
+    # AI's TensorBoard directory, which gets a copy of the summaries.
+    cluster: Cluster = field(default_factory=Cluster)
     num_workers: int = 1
     num_train_examples: int = 0
+    tensorboard_dir: str = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -96,61 +126,48 @@ class HParams:
     def replace(self, **changes) -> HParams:
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def from_dict(cls, values: dict) -> HParams:
+        """The inverse of ``to_dict`` (hparams.json); unknown keys (a newer package's) are left out."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in values.items() if k in known}
+        if isinstance(values.get("cluster"), dict):
+            values["cluster"] = Cluster(**values["cluster"])
+        if values.get("lr_decay_steps") is not None:
+            values["lr_decay_steps"] = tuple(values["lr_decay_steps"])
+        return cls(**values)
 
-# -- derived values -----------------------------------------------------------
+    @property
+    def towers(self):
+        """The devices that each run one tower (``devices.tower_devices``)."""
+        return devices.tower_devices(self.num_gpus, self.num_cpu_towers)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Training images behind one global step."""
+        return schedules.examples_per_step(self.train_batch_size, self.num_workers, self.sync)
+
+    @property
+    def schedule(self) -> schedules.Schedule:
+        """The learning-rate schedule these hyperparameters resolve to."""
+        return schedules.Schedule.resolve(
+            self.lr_schedule, self.learning_rate, self.lr_scaling, self.train_steps, self.warmup_epochs,
+            self.lr_decay_steps, self.num_train_examples, self.global_batch_size)
+
+    @property
+    def validation_hparams(self) -> HParams:
+        """What the Estimator that trains and runs the validation evaluations gets: the same
+        hyperparameters with flip TTA as ``validation_flip_tta`` says."""
+        return self.replace(eval_flip_tta=self.validation_flip_tta)
 
 
-def tower_devices(num_gpus: int, num_cpu_towers: int):
-    """Devices that each run one tower: GPUs, else N CPU devices, else the CPU."""
-    if num_gpus > 0:
-        return ["/gpu:%d" % i for i in range(num_gpus)]
-    return ["/cpu:%d" % i for i in range(max(1, num_cpu_towers))]
+def health_thresholds():
+    """The ``HParams`` fields that are health-rule thresholds, in declaration order."""
+    return [f for f in dataclasses.fields(HParams) if f.metadata.get("health_threshold")]
 
 
-def num_towers(hp: HParams) -> int:
-    return len(tower_devices(hp.num_gpus, hp.num_cpu_towers))
-
-
-def examples_per_step(batch_size: int, num_workers: int, sync: bool) -> int:
-    """Training images behind one increment of the global step (see ``schedules``)."""
-    return schedules.examples_per_step(batch_size, num_workers, sync)
-
-
-def global_batch(hp: HParams) -> int:
-    return examples_per_step(hp.train_batch_size, hp.num_workers, hp.sync)
-
-
-def learning_rate_schedule(learning_rate: float, num_train_examples: int, batch_size: int,
-                           num_workers: int = 1, sync: bool = False):
-    """``(boundaries, values)`` of the piecewise-constant schedule, in global steps.
-
-    Computed from the real training-set size, so it decays on small data sets
-    and small batches too (the original used a hard-coded 45,000 images).
-    """
-    per_step = examples_per_step(batch_size, num_workers, sync)
-    boundaries = schedules.piecewise_boundaries(num_train_examples, per_step)
-    return boundaries, [learning_rate * factor for factor in schedules.DECAY_FACTORS]
-
-
-def schedule(hp: HParams) -> dict:
-    """Everything ``schedules.learning_rate`` needs, resolved from ``hp`` (and saved in hparams.json)."""
-    batch = global_batch(hp)
-    boundaries, factors = [], []
-    if hp.lr_schedule == "piecewise" and hp.lr_decay_steps:
-        boundaries = list(hp.lr_decay_steps)
-        factors = schedules.step_decay_factors(len(boundaries))
-    elif hp.lr_schedule == "piecewise":
-        boundaries = schedules.piecewise_boundaries(hp.num_train_examples, batch)
-        factors = list(schedules.DECAY_FACTORS[1:])
-    return {
-        "schedule": hp.lr_schedule,
-        "peak": schedules.peak_learning_rate(hp.learning_rate, batch, hp.lr_scaling),
-        "total_steps": hp.train_steps,
-        "warmup": schedules.warmup_steps(hp.lr_schedule, hp.warmup_epochs, hp.train_steps,
-                                         hp.num_train_examples, batch),
-        "boundaries": boundaries,
-        "factors": factors,
-    }
+def flag_name(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
 
 # -- flags ----------------------------------------------------------------------
@@ -282,6 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-flip-tta", action=_BoolFlag, default=d.eval_flip_tta,
                    help="Also report the final test accuracy with flip test-time augmentation "
                    "(mean of the image's and its mirror's probabilities), as accuracy_flip_tta.")
+    p.add_argument("--validation-flip-tta", action=_BoolFlag, default=d.validation_flip_tta,
+                   help="Flip TTA in the validation evaluations during training too (a second forward pass "
+                   "each; --eval-flip-tta alone keeps it to the final test evaluation).")
     p.add_argument("--export", action=_BoolFlag, default=d.export,
                    help="Export SavedModels: the best by validation accuracy after each evaluation "
                    "(JOB_DIR/export/best/<timestamp>) and the last checkpoint (JOB_DIR/export/final/<timestamp>).")
@@ -294,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Threads inside one op; 0 lets TensorFlow choose.")
     p.add_argument("--num-inter-threads", type=_int, default=d.num_inter_threads,
                    help="Ops run in parallel; 0 lets TensorFlow choose.")
-    p.add_argument("--data-format", choices=["channels_first", "channels_last"], default=None,
+    p.add_argument("--data-format", choices=DATA_FORMATS, default=None,
                    help="Layout inside the model; default channels_first on GPUs, channels_last on CPUs.")
     p.add_argument("--log-device-placement", action="store_true")
     p.add_argument("--batch-norm-decay", type=float, default=d.batch_norm_decay)
@@ -326,52 +346,40 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--health-checks", choices=HEALTH_ACTIONS, default=d.health_checks,
                    help="What the rules do when they fire: off (not computed), warn, or stop training "
                    "(exit status 4).")
-    h.add_argument("--health-every-n-steps", type=_int, default=d.health_every_n_steps)
-    h.add_argument("--health-init-loss-tolerance", type=float, default=d.health_init_loss_tolerance,
-                   help="Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019).")
-    h.add_argument("--health-vanishing-gradient", type=float, default=d.health_vanishing_gradient,
-                   help="A layer whose mean |gradient| of the data loss is below this has vanishing gradients.")
-    h.add_argument("--health-exploding-factor", type=float, default=d.health_exploding_factor,
-                   help="The global gradient norm above this multiple of its running median is exploding.")
-    h.add_argument("--health-update-ratio-min", type=float, default=d.health_update_ratio_min,
-                   help="Lowest healthy learning rate x |gradient| / |weights| of a layer (CS231n: ~1e-3).")
-    h.add_argument("--health-update-ratio-max", type=float, default=d.health_update_ratio_max)
-    h.add_argument("--health-dead-relu-fraction", type=float, default=d.health_dead_relu_fraction,
-                   help="More than this fraction of a layer's channels never active is a dead layer.")
-    h.add_argument("--health-dead-relu-window", type=_int, default=d.health_dead_relu_window,
-                   help="Checks (batches) over which a channel must never be active to count as dead.")
-    h.add_argument("--health-input-mean-max", type=float, default=d.health_input_mean_max,
-                   help="Largest |mean| of the input after the network's scaling x / 128 - 1.")
-    h.add_argument("--health-input-std-min", type=float, default=d.health_input_std_min)
-    h.add_argument("--health-input-std-max", type=float, default=d.health_input_std_max)
-    h.add_argument("--health-loss-window", type=_int, default=d.health_loss_window,
-                   help="Steps averaged to smooth the training loss for the not-decreasing rule.")
-    h.add_argument("--health-loss-min-decrease", type=float, default=d.health_loss_min_decrease,
-                   help="Relative decrease of the smoothed loss (last window against the first) below "
-                   "which the loss is not decreasing.")
-    h.add_argument("--health-overtraining-evals", type=_int, default=d.health_overtraining_evals,
-                   help="Evaluations in a row with rising validation loss and falling training loss.")
-    h.add_argument("--health-class-ratio", type=float, default=d.health_class_ratio,
-                   help="A class whose validation accuracy is below this fraction of the others' mean.")
+    for f in health_thresholds():
+        h.add_argument(flag_name(f.name), type=_int if f.type == "int" else float, default=f.default,
+                       help=f.metadata["help"])
     return p
 
 
-def visible_gpus() -> int:
-    import tensorflow as tf
+def flag_names() -> set:
+    """Every option string the trainer takes (``--x`` and ``--no-x``): argparse keeps them
+    in a private table, read here only."""
+    return set(build_parser()._option_string_actions)
 
-    return len(tf.config.list_physical_devices("GPU"))
+
+def _check_threshold(f, value) -> None:
+    low, high = f.metadata["range"]
+    name = flag_name(f.name)
+    if low is not None and high is not None and not low < value < high:
+        raise ValueError("%s %s must be in (%g, %g)." % (name, value, low, high))
+    if low == 0 and high is None and not value > 0:
+        raise ValueError("%s %s must be positive." % (name, value))
 
 
-def validate(args: argparse.Namespace, cluster: cluster_lib.Cluster, gpus_visible: int) -> None:
+def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> None:
     """Raises ValueError naming the bad flag value and the fix."""
+
     def positive(name, value):
         if value is None or value <= 0:
             raise ValueError("--%s %s must be positive." % (name, value))
 
     cifar10_model.check_depth(args.num_layers, args.resnet_version)
     if args.train_steps is not None and args.train_epochs is not None:
-        raise ValueError("--train-steps %d and --train-epochs %s both set the length of training: "
-                         "keep one." % (args.train_steps, args.train_epochs))
+        raise ValueError(
+            "--train-steps %d and --train-epochs %s both set the length of training: "
+            "keep one." % (args.train_steps, args.train_epochs)
+        )
     if args.train_epochs is not None:
         positive("train-epochs", args.train_epochs)
     if args.train_steps is not None:
@@ -380,30 +388,40 @@ def validate(args: argparse.Namespace, cluster: cluster_lib.Cluster, gpus_visibl
         raise ValueError("--warmup-epochs %s must not be negative." % args.warmup_epochs)
     if args.lr_decay_steps is not None:
         if args.lr_schedule != "piecewise":
-            raise ValueError("--lr-decay-steps sets the piecewise schedule's decays: drop it or use "
-                             "--lr-schedule piecewise (not %s)." % args.lr_schedule)
-        if any(b <= a for a, b in zip(args.lr_decay_steps, args.lr_decay_steps[1:])) or args.lr_decay_steps[0] < 1:
-            raise ValueError("--lr-decay-steps %s must be positive and increasing, e.g. 32000 48000."
-                             % " ".join(map(str, args.lr_decay_steps)))
+            raise ValueError(
+                "--lr-decay-steps sets the piecewise schedule's decays: drop it or use "
+                "--lr-schedule piecewise (not %s)." % args.lr_schedule
+            )
+        steps = args.lr_decay_steps
+        if any(b <= a for a, b in zip(steps, steps[1:])) or steps[0] < 1:
+            raise ValueError(
+                "--lr-decay-steps %s must be positive and increasing, e.g. 32000 48000." % " ".join(map(str, steps))
+            )
     if not 0 <= args.label_smoothing < 1:
         raise ValueError("--label-smoothing %s must be in [0, 1), e.g. 0.1." % args.label_smoothing)
-    for name in ("train_batch_size", "eval_batch_size", "learning_rate",
-                 "batch_norm_epsilon", "log_every_n_steps", "keep_checkpoint_max",
-                 "health_every_n_steps", "health_init_loss_tolerance", "health_exploding_factor",
-                 "health_update_ratio_min", "health_update_ratio_max", "health_dead_relu_window",
-                 "health_input_std_max", "health_loss_window", "health_overtraining_evals"):
+    for name in (
+        "train_batch_size",
+        "eval_batch_size",
+        "learning_rate",
+        "batch_norm_epsilon",
+        "log_every_n_steps",
+        "keep_checkpoint_max",
+    ):
         positive(name.replace("_", "-"), getattr(args, name))
     if args.save_checkpoints_steps is not None:
         positive("save-checkpoints-steps", args.save_checkpoints_steps)
+    for f in health_thresholds():
+        _check_threshold(f, getattr(args, f.name))
     if args.health_update_ratio_min >= args.health_update_ratio_max:
-        raise ValueError("--health-update-ratio-min %g must be below --health-update-ratio-max %g."
-                         % (args.health_update_ratio_min, args.health_update_ratio_max))
+        raise ValueError(
+            "--health-update-ratio-min %g must be below --health-update-ratio-max %g."
+            % (args.health_update_ratio_min, args.health_update_ratio_max)
+        )
     if args.health_input_std_min >= args.health_input_std_max:
-        raise ValueError("--health-input-std-min %g must be below --health-input-std-max %g."
-                         % (args.health_input_std_min, args.health_input_std_max))
-    for name in ("health_dead_relu_fraction", "health_class_ratio"):
-        if not 0 < getattr(args, name) < 1:
-            raise ValueError("--%s %s must be in (0, 1)." % (name.replace("_", "-"), getattr(args, name)))
+        raise ValueError(
+            "--health-input-std-min %g must be below --health-input-std-max %g."
+            % (args.health_input_std_min, args.health_input_std_max)
+        )
     if not 0 <= args.momentum < 1:
         raise ValueError("--momentum %s must be in [0, 1)." % args.momentum)
     if args.weight_decay < 0:
@@ -414,69 +432,37 @@ def validate(args: argparse.Namespace, cluster: cluster_lib.Cluster, gpus_visibl
         if getattr(args, name) < 0:
             raise ValueError("--%s %d must not be negative." % (name.replace("_", "-"), getattr(args, name)))
     if args.num_gpus > 0 and args.num_cpu_towers > 0:
-        raise ValueError("--num-cpu-towers %d is for CPU training: use it with --num-gpus 0."
-                         % args.num_cpu_towers)
+        raise ValueError("--num-cpu-towers %d is for CPU training: use it with --num-gpus 0." % args.num_cpu_towers)
     if args.num_gpus > gpus_visible and cluster.task_type != "ps":
         raise ValueError(
             "--num-gpus %d but %d GPU(s) are visible: pass --num-gpus %d (0 trains on the CPU)."
-            % (args.num_gpus, gpus_visible, gpus_visible))
+            % (args.num_gpus, gpus_visible, gpus_visible)
+        )
     if args.variable_strategy == "GPU" and args.num_gpus == 0:
         raise ValueError("--variable-strategy GPU needs --num-gpus > 0: use --variable-strategy CPU.")
-    towers = len(tower_devices(args.num_gpus, args.num_cpu_towers))
+    towers = len(devices.tower_devices(args.num_gpus, args.num_cpu_towers))
     for name in ("train_batch_size", "eval_batch_size"):
         value = getattr(args, name)
         if value % towers:
             raise ValueError(
                 "--%s %d is not divisible by the %d towers: use a multiple of %d, e.g. %d."
-                % (name.replace("_", "-"), value, towers, towers, (value // towers + 1) * towers))
+                % (name.replace("_", "-"), value, towers, towers, (value // towers + 1) * towers)
+            )
     if args.deterministic and args.seed is None:
         raise ValueError("--deterministic needs --seed N, so that runs can repeat.")
     if args.sync and not cluster.distributed:
-        raise ValueError("--sync synchronises workers of a distributed job; "
-                         "this is a single local process (no TF_CONFIG cluster): drop --sync.")
-
-
-def resolve_job_dir(job_dir):
-    """--job-dir, else Vertex AI's AIP_MODEL_DIR parent (checkpoints live beside the model)."""
-    if job_dir:
-        return job_dir
-    for var in ("AIP_CHECKPOINT_DIR", "AIP_MODEL_DIR"):
-        if os.environ.get(var):
-            return os.environ[var].rstrip("/")
-    raise ValueError("--job-dir is required (or AIP_MODEL_DIR / AIP_CHECKPOINT_DIR on Vertex AI).")
-
-
-def resolve_train_steps(args: argparse.Namespace, num_workers: int, num_train_examples: int) -> int:
-    """--train-steps, or --train-epochs in global steps, or the default 80,000."""
-    if args.train_epochs is not None:
-        batch = examples_per_step(args.train_batch_size, num_workers, args.sync)
-        return schedules.epochs_to_steps(args.train_epochs, max(1, num_train_examples), batch)
-    return HParams.train_steps if args.train_steps is None else args.train_steps
+        raise ValueError(
+            "--sync synchronises workers of a distributed job; "
+            "this is a single local process (no TF_CONFIG cluster): drop --sync."
+        )
 
 
 def check_schedule(hp: HParams) -> None:
     """Raises ValueError when the warm-up leaves no steps for the schedule itself."""
-    warmup = schedule(hp)["warmup"]
+    warmup = hp.schedule.warmup
     if hp.lr_schedule != "piecewise" and warmup >= hp.train_steps:
         raise ValueError(
             "--warmup-epochs %s is %d steps, as long as the whole run (%d steps): the %s schedule "
             "would never decay. Use fewer warm-up epochs or train longer."
-            % (hp.warmup_epochs, warmup, hp.train_steps, hp.lr_schedule))
-
-
-def from_args(args: argparse.Namespace, cluster: cluster_lib.Cluster, num_train_examples: int,
-              gpus_visible: int) -> HParams:
-    """Validates parsed flags and returns the frozen hyperparameters."""
-    args = argparse.Namespace(**vars(args))  # parsed flags are never mutated
-    validate(args, cluster, gpus_visible)
-    args.train_steps = resolve_train_steps(args, cluster.num_workers, num_train_examples)
-    if args.lr_decay_steps is not None:
-        args.lr_decay_steps = tuple(args.lr_decay_steps)
-    data_format = args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last")
-    fields = {f.name for f in dataclasses.fields(HParams)}
-    values = {k: v for k, v in vars(args).items() if k in fields}
-    values.update(job_dir=resolve_job_dir(args.job_dir), data_format=data_format,
-                  num_workers=cluster.num_workers, num_train_examples=num_train_examples)
-    hp = HParams(**values)
-    check_schedule(hp)
-    return hp
+            % (hp.warmup_epochs, warmup, hp.train_steps, hp.lr_schedule)
+        )

@@ -26,6 +26,9 @@ import sys
 import threading
 import time
 
+from estimator import cluster as cluster_lib
+from estimator import processes
+
 HOST = "127.0.0.1"
 
 
@@ -51,13 +54,6 @@ def cluster_spec(workers: int, ps: int, chief_role: str = "master"):
     if ps:
         spec["ps"] = ["%s:%d" % (HOST, p) for p in ports[1 + workers:]]
     return spec
-
-
-def tf_config(spec, task_type: str, index: int, trial=None) -> str:
-    task = {"type": task_type, "index": index}
-    if trial:
-        task["trial"] = str(trial)
-    return json.dumps({"cluster": spec, "task": task, "environment": "cloud"})
 
 
 class ClusterError(RuntimeError):
@@ -97,7 +93,7 @@ class LocalCluster(object):
     """The processes of one distributed training job on this machine."""
 
     def __init__(self, trainer_args, workers=1, ps=1, evaluator=False, chief_role="master", trial=None,
-                 env=None, module="estimator.cifar10_main", out=sys.stdout):
+                 env=None, out=sys.stdout):
         if chief_role not in ("master", "chief"):
             raise ValueError("chief_role %r must be master (AI Platform) or chief (Vertex AI)." % chief_role)
         if evaluator and chief_role == "master":
@@ -105,7 +101,7 @@ class LocalCluster(object):
         if workers < 0 or ps < 0:
             raise ValueError("--workers and --ps must not be negative.")
         self.trainer_args = list(trainer_args)
-        self.chief_role, self.trial, self.module, self.out = chief_role, trial, module, out
+        self.chief_role, self.trial, self.out = chief_role, trial, out
         self.env = dict(os.environ if env is None else env)
         self.spec = cluster_spec(workers, ps, chief_role)
         self.roles = [(chief_role, 0)] + [("worker", i) for i in range(workers)] + \
@@ -121,9 +117,9 @@ class LocalCluster(object):
 
     def start_task(self, role: str, index: int) -> Task:
         """Starts (or restarts, as the service does after a failure) one task."""
-        env = dict(self.env, TF_CONFIG=tf_config(self.spec, role, index, self.trial),
+        env = dict(self.env, TF_CONFIG=cluster_lib.tf_config(self.spec, role, index, self.trial),
                    PYTHONUNBUFFERED="1")
-        process = subprocess.Popen([sys.executable, "-m", self.module] + self.trainer_args, env=env,
+        process = subprocess.Popen(processes.trainer_command(self.trainer_args), env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    start_new_session=True)
         task = Task(role, index, process, self.out, self._lock)
@@ -134,10 +130,7 @@ class LocalCluster(object):
         return self.tasks[(role, index)]
 
     def kill(self, role: str, index: int = 0, sig=signal.SIGKILL) -> None:
-        task = self.task(role, index)
-        if task.process.poll() is None:
-            os.killpg(task.process.pid, sig)
-            task.process.wait()
+        processes.stop_group(self.task(role, index).process, sig=sig)
 
     def wait_for(self, role: str, index: int, pattern: str, timeout: float) -> re.Match:
         """Waits until a task's output matches ``pattern``; raises ClusterError on timeout or exit."""
@@ -196,18 +189,14 @@ class LocalCluster(object):
     def stop(self, grace: float = 10) -> None:
         """Ends every task still running: SIGTERM, then SIGKILL."""
         running = [t for t in self.tasks.values() if t.process.poll() is None]
-        for task in running:
+        for task in running:  # all at once, then wait: the grace is the job's, not each task's
             try:
                 os.killpg(task.process.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
         deadline = time.time() + grace
         for task in running:
-            try:
-                task.process.wait(max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                os.killpg(task.process.pid, signal.SIGKILL)
-                task.process.wait()
+            processes.stop_group(task.process, grace=max(0.1, deadline - time.time()))
         for task in self.tasks.values():
             task.join_output()
 
@@ -219,12 +208,7 @@ class LocalCluster(object):
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--" in argv:
-        split = argv.index("--")
-        own, trainer = argv[:split], argv[split + 1:]
-    else:
-        own, trainer = argv, []
+    own, trainer = processes.split_argv(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="python -m estimator.local_cluster",
         description="Run python -m estimator.cifar10_main as a local distributed cluster. "

@@ -22,13 +22,25 @@ import itertools
 import tensorflow as tf
 
 from estimator import cifar10_format as fmt
-from estimator import devices, schedules
+from estimator import devices, eval_metrics
 from estimator import hooks as hooks_lib
 from estimator import hparams as hparams_lib
 from estimator.cifar10_model import ResNetCifar10
 from estimator.health import nonfinite, probes
 
 v1 = tf.compat.v1
+
+# Tensors that hooks fetch by name (the progress line, the NaN check, the
+# health rules); the graph names them below. Not "loss": that name (and
+# TensorBoard tag) is the Estimator's own.
+TOTAL_LOSS = "total_loss:0"
+CROSS_ENTROPY = "cross_entropy:0"
+TRAIN_ACCURACY = "train_accuracy:0"
+LEARNING_RATE = "learning_rate:0"
+
+
+def _op_name(tensor_name: str) -> str:
+    return tensor_name.split(":")[0]
 
 TowerOutput = collections.namedtuple("TowerOutput", "logits loss cross_entropy grads_and_vars")
 
@@ -63,7 +75,7 @@ def tower_fn(model, images, labels, weight_decay: float, compute_gradients: bool
 
     Args:
       model: a ``ResNetCifar10``.
-      images: ``[b, 32, 32, 3]`` float32, values 0..255, NHWC.
+      images: ``[b, HEIGHT, WIDTH, DEPTH]`` float32, values 0..255, NHWC.
       labels: ``[b]`` int32, or None (PREDICT).
       weight_decay: L2 factor over all trainable variables (as the original).
       compute_gradients: also build the gradients of the loss.
@@ -121,20 +133,11 @@ def predictions_of(logits):
     }
 
 
-def _sum_metric(values, name):
-    """A streaming sum, e.g. how many images an evaluation covered."""
-    with v1.variable_scope(name):
-        total = v1.get_variable("total", [], tf.float32, initializer=v1.zeros_initializer(),
-                                trainable=False,
-                                collections=[v1.GraphKeys.LOCAL_VARIABLES, v1.GraphKeys.METRIC_VARIABLES])
-    return tf.identity(total), v1.assign_add(total, tf.reduce_sum(values))
-
-
 def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, reuse=False):
     """Runs ``tower_fn`` on each device; returns (tower outputs, first tower's update ops,
     first tower's model)."""
     is_training = mode == tf.estimator.ModeKeys.TRAIN
-    tower_list = hparams_lib.tower_devices(hp.num_gpus, hp.num_cpu_towers)
+    tower_list = hp.towers
     image_shards = split_batch(images, len(tower_list))
     label_shards = split_batch(labels, len(tower_list)) if labels is not None else [None] * len(tower_list)
     params_device = devices.parameter_devices(hp.variable_strategy, tower_list)
@@ -190,8 +193,7 @@ def _training_spec(hp, features, labels, mode, config):
     """Towers, the schedule, the optimizer step and training summaries."""
     global_step = v1.train.get_or_create_global_step()
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
-        sched = hparams_lib.schedule(hp)
-        learning_rate = tf.identity(schedules.learning_rate(global_step, **sched), name="learning_rate")
+        learning_rate = tf.identity(hp.schedule.learning_rate(global_step), name=_op_name(LEARNING_RATE))
         base = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum, use_nesterov=hp.nesterov)
         scaled = loss_scale_optimizer(base, hp.precision)
     outputs, update_ops, first_model = build_towers(hp, features, labels, mode,
@@ -200,11 +202,10 @@ def _training_spec(hp, features, labels, mode, config):
         logits = tf.concat([o.logits for o in outputs], axis=0)
         predictions = predictions_of(logits)
         classes = predictions["classes"]
-        # Not named "loss": that name (and TensorBoard tag) is the Estimator's own.
-        loss = tf.reduce_mean([o.loss for o in outputs], name="total_loss")
+        loss = tf.reduce_mean([o.loss for o in outputs], name=_op_name(TOTAL_LOSS))
         correct = tf.cast(tf.equal(classes, labels), tf.float32)
-        train_accuracy = tf.reduce_mean(correct, name="train_accuracy")
-        cross_entropy = tf.reduce_mean([o.cross_entropy for o in outputs], name="cross_entropy")
+        train_accuracy = tf.reduce_mean(correct, name=_op_name(TRAIN_ACCURACY))
+        cross_entropy = tf.reduce_mean([o.cross_entropy for o in outputs], name=_op_name(CROSS_ENTROPY))
         gradvars = average_gradients([o.grads_and_vars for o in outputs])
         if hp.precision != "fp16":
             nonfinite.add_gradient_flags(gradvars)
@@ -263,48 +264,6 @@ def _count_skipped_steps(train_op, gradvars, optimizer):
     return tf.group(train_op, count)
 
 
-MISTAKES_SHOWN = 16
-
-
-def _class_metrics(images, labels, predictions, weights):
-    """Per-class accuracy (TensorBoard scalars ``per_class_accuracy/<class>``), the confusion
-    matrix and the most confidently misclassified images, for the pictures and health rules
-    that run after each evaluation (``estimator.health``)."""
-    num_classes = len(fmt.CLASS_NAMES)
-    true = tf.maximum(labels, 0)
-    classes = predictions["classes"]
-    correct = tf.cast(tf.equal(classes, true), tf.float32)
-    metrics = {}
-    for c, name in enumerate(fmt.CLASS_NAMES):
-        in_class = weights * tf.cast(tf.equal(true, c), tf.float32)
-        metrics["per_class_accuracy/" + name] = v1.metrics.mean(correct, weights=in_class)
-
-    def local(name, shape, dtype, value):
-        return v1.get_variable(name, shape, dtype, initializer=v1.constant_initializer(value), trainable=False,
-                               collections=[v1.GraphKeys.LOCAL_VARIABLES, v1.GraphKeys.METRIC_VARIABLES])
-
-    with v1.variable_scope("confusion"):
-        matrix = local("matrix", [num_classes, num_classes], tf.float32, 0)
-    batch_matrix = tf.math.confusion_matrix(true, classes, num_classes, weights=weights, dtype=tf.float32)
-    metrics["confusion_matrix"] = (tf.identity(matrix), v1.assign_add(matrix, batch_matrix))
-
-    # The k most confident mistakes so far: merge this batch's mistakes into them.
-    k = MISTAKES_SHOWN
-    with v1.variable_scope("mistakes"):
-        kept = [local("confidence", [k], tf.float32, -1), local("images", [k, 32, 32, 3], tf.uint8, 0),
-                local("true", [k], tf.int32, -1), local("predicted", [k], tf.int32, -1)]
-    confidence = tf.reduce_max(predictions["probabilities"], axis=1)
-    wrong = tf.logical_and(tf.not_equal(classes, true), weights > 0)
-    batch = [tf.where(wrong, confidence, -tf.ones_like(confidence)),
-             tf.cast(tf.clip_by_value(images, 0, 255), tf.uint8), true, classes]
-    merged = [tf.concat([a, b], axis=0) for a, b in zip(kept, batch)]
-    top = tf.math.top_k(merged[0], k).indices
-    update = tf.group(*[v1.assign(var, tf.gather(m, top)) for var, m in zip(kept, merged)])
-    for name, var in zip(("confidence", "images", "true", "predicted"), kept):
-        metrics["mistakes/" + name] = (tf.identity(var), update)
-    return metrics
-
-
 def _flip_tta_accuracy(hp, images, labels, logits, weights):
     """Accuracy of the mean of the probabilities of each image and its mirror image.
 
@@ -331,8 +290,7 @@ def model_fn(features, labels, mode, params, config=None):
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.estimator.EstimatorSpec(mode, predictions=predictions)
 
-        # Not named "loss": that name (and TensorBoard tag) is the Estimator's own.
-        loss = tf.reduce_mean([o.loss for o in outputs], name="total_loss")
+        loss = tf.reduce_mean([o.loss for o in outputs], name=_op_name(TOTAL_LOSS))
         weights = example_weights(labels)
         metrics = {
             "accuracy": v1.metrics.accuracy(tf.maximum(labels, 0), predictions["classes"],
@@ -340,9 +298,9 @@ def model_fn(features, labels, mode, params, config=None):
             # Exact over the images; the Estimator's "loss" averages batch losses.
             "cross_entropy": v1.metrics.mean(per_example_cross_entropy(logits, labels),
                                              weights=weights),
-            "eval_examples": _sum_metric(weights, "eval_examples"),
+            "eval_examples": eval_metrics.sum_metric(weights, "eval_examples"),
         }
-        metrics.update(_class_metrics(features, labels, predictions, weights))
+        metrics.update(eval_metrics.class_metrics(features, labels, predictions, weights))
         if hp.eval_flip_tta:
             metrics["accuracy_flip_tta"] = _flip_tta_accuracy(hp, features, labels, logits, weights)
         return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions,

@@ -20,6 +20,7 @@ boundary step still uses the rate before it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 SCHEDULES = ("piecewise", "cosine", "onecycle")
 SCALINGS = ("none", "linear")
@@ -127,3 +128,43 @@ def learning_rate(step, schedule: str, peak: float, total_steps: int, warmup: in
     if warmup > 0:
         rate = tf.where(s < warmup, peak * (s + 1.0) / warmup, rate)
     return tf.cast(rate, tf.float32)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A run's learning-rate schedule, resolved to global steps (saved in hparams.json).
+
+    ``boundaries``/``factors``: for ``piecewise``, the steps after which the
+    rate decays and the rate after each as a fraction of ``peak``.
+    """
+
+    name: str
+    peak: float
+    total_steps: int
+    warmup: int = 0
+    boundaries: tuple = ()
+    factors: tuple = ()
+
+    @classmethod
+    def resolve(cls, name: str, learning_rate: float, scaling: str, total_steps: int, warmup_epochs,
+                decay_steps, num_train_examples: int, global_batch: int) -> Schedule:
+        """From the flags: ``--lr-decay-steps`` (x0.1 each) or the tutorial's epochs for piecewise."""
+        boundaries, factors = (), ()
+        if name == "piecewise" and decay_steps:
+            boundaries, factors = tuple(decay_steps), tuple(step_decay_factors(len(decay_steps)))
+        elif name == "piecewise":
+            boundaries = tuple(piecewise_boundaries(num_train_examples, global_batch))
+            factors = DECAY_FACTORS[1:]
+        return cls(name, peak_learning_rate(learning_rate, global_batch, scaling), total_steps,
+                   warmup_steps(name, warmup_epochs, total_steps, num_train_examples, global_batch),
+                   boundaries, factors)
+
+    @property
+    def values(self):
+        """The piecewise rates: the peak, then one after each boundary (empty for the others)."""
+        return [self.peak] + [self.peak * f for f in self.factors] if self.boundaries else []
+
+    def learning_rate(self, step):
+        """The rate at ``step`` (an integer tensor), a float32 tensor (``learning_rate``)."""
+        return learning_rate(step, self.name, self.peak, self.total_steps, self.warmup, self.boundaries,
+                             self.factors)

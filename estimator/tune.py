@@ -19,35 +19,25 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from estimator import processes  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402
-
-
-def split_argv(argv):
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], argv[i + 1:]
-    return argv, []
 
 
 def check_trainer_flags(trainer_flags, job_dir: str):
     """The trainer's own parsing and checks (data present, flags valid); returns (hparams, option strings)."""
-    from estimator import cifar10_main, hparams
+    from estimator import config, hparams
 
     if any(f == "--job-dir" or f.startswith("--job-dir=") for f in trainer_flags):
         raise spec_lib.SpecError("--job-dir goes before --: the study gives each trial its own directory.")
-    env_tf_config = os.environ.pop("TF_CONFIG", None)  # the study's trials get their own
-    try:
-        hp, _ = cifar10_main.parse(list(trainer_flags) + ["--job-dir", job_dir])
-    finally:
-        if env_tf_config is not None:
-            os.environ["TF_CONFIG"] = env_tf_config
-    options = set(hparams.build_parser()._option_string_actions)
-    return hp, options
+    # The study's trials get a TF_CONFIG and trial of their own.
+    environ = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "CLOUD_ML_TRIAL_ID")}
+    hp, _ = config.parse(list(trainer_flags) + ["--job-dir", job_dir], environ=environ)
+    return hp, hparams.flag_names()
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    own, trainer_flags = split_argv(argv)
+    own, trainer_flags = processes.split_argv(argv)
     parser = argparse.ArgumentParser(prog="python -m estimator.tune", description=__doc__.split("\n")[0],
                                      usage="%(prog)s --config YAML --job-dir DIR [options] -- <trainer flags>")
     parser.add_argument("--config", required=True, help="A job YAML with trainingInput.hyperparameters.")

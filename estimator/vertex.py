@@ -18,13 +18,14 @@ import sys
 
 import yaml
 
+from estimator import processes, vertex_job
 from estimator.tuning import spec as spec_lib
-from estimator.tuning import vertex
+from estimator.tuning import vertex_study
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    own, trainer_flags = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    own, trainer_flags = processes.split_argv(argv)
     parser = argparse.ArgumentParser(prog="python -m estimator.vertex", description=__doc__.split("\n")[0])
     parser.add_argument("kind", choices=["custom-job", "hp-tuning-job"])
     parser.add_argument("--config", required=True, help="cmle_config.yaml or hptuning_config.yaml.")
@@ -41,17 +42,16 @@ def main(argv=None) -> int:
         training_input = spec_lib.load(args.config)
         if args.kind == "custom-job":
             training_input = {k: v for k, v in training_input.items() if k != "hyperparameters"}
-            config = vertex.custom_job_spec(training_input, args.package_uri, trainer_flags, args.base_output_dir,
+            config = vertex_job.custom_job_spec(training_input, args.package_uri, trainer_flags, args.base_output_dir,
                                             args.image_uri)
             command = ("gcloud ai custom-jobs create --region %s --display-name %s --config %s"
                        % (args.region, args.display_name, args.output))
         else:
             from estimator import hparams
 
-            options = set(hparams.build_parser()._option_string_actions)
-            study_spec = spec_lib.study_spec(training_input, options)
+            study_spec = spec_lib.study_spec(training_input, hparams.flag_names())
             machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}
-            config = vertex.hyperparameter_tuning_job(machines, study_spec, args.package_uri, trainer_flags,
+            config = vertex_study.hyperparameter_tuning_job(machines, study_spec, args.package_uri, trainer_flags,
                                                       args.display_name, args.base_output_dir, args.image_uri)
             command = ("gcloud ai hp-tuning-jobs create --region %s --display-name %s --config %s"
                        % (args.region, args.display_name, args.output))
@@ -65,8 +65,8 @@ def main(argv=None) -> int:
     if not args.image_uri:
         print("note: %s is Google's prebuilt TensorFlow 2.15 image (%s); if it can no longer be pulled, build a "
               "container of your own and pass --image-uri (README, Vertex AI)." % (
-                  vertex.PREBUILT_GPU_IMAGE if "NVIDIA" in str(config) else vertex.PREBUILT_CPU_IMAGE,
-                  vertex.PREBUILT_SUPPORT), file=sys.stderr)
+                  vertex_job.PREBUILT_GPU_IMAGE if "NVIDIA" in str(config) else vertex_job.PREBUILT_CPU_IMAGE,
+                  vertex_job.PREBUILT_SUPPORT), file=sys.stderr)
     print("Wrote %s. Submit it with:\n  %s" % (args.output, command))
     return 0
 

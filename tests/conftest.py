@@ -8,21 +8,11 @@ import time
 
 import pytest
 
+from tests.helpers import MINI_ARCHIVE, MINI_SHA256, free_port
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # As estimator/__init__.py does, for test modules that import TensorFlow before the package.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
-MINI_ARCHIVE = os.path.join(SHARED_DATA, "cifar-10-mini-python.tar.gz")
-MINI_SHA256 = "725b7c7a07002b7a8100aa0f84e2b2a528c9ab7e03d55ab240a67e44aff60726"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="session")
 def mini_archive():

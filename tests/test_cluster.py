@@ -11,8 +11,9 @@ import pytest
 import tensorflow as tf
 
 from estimator import cluster as cluster_lib
-from estimator.local_cluster import ClusterError, LocalCluster, free_ports, tf_config
-from tests.conftest import REPO
+from estimator.cluster import tf_config
+from estimator.local_cluster import ClusterError, LocalCluster, free_ports
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 from estimator import cifar10_format as fmt
 from estimator.convert import ConversionError, convert, load_batch, read_archive
 from tests import cifar_archives as ca
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def quiet(*_):

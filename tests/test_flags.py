@@ -2,10 +2,11 @@
 
 import json
 import os
+import re
 
 import pytest
 
-from estimator import cifar10_main
+from estimator import cifar10_main, config
 from estimator import cluster as cluster_lib
 from estimator import hparams as hparams_lib
 
@@ -23,7 +24,8 @@ def parse_error(capsys, argv):
 
 
 def test_defaults_are_the_originals(mini_records, tmp_path):
-    hp, cluster = parse_ok(mini_records, tmp_path)
+    hp = parse_ok(mini_records, tmp_path)
+    cluster = hp.cluster
     assert (hp.num_layers, hp.train_steps, hp.train_batch_size, hp.eval_batch_size) == (44, 80000, 128, 100)
     assert (hp.momentum, hp.weight_decay, hp.learning_rate) == (0.9, 2e-4, 0.1)
     assert (hp.batch_norm_decay, hp.batch_norm_epsilon) == (0.997, 1e-5)
@@ -38,14 +40,14 @@ def test_defaults_are_the_originals(mini_records, tmp_path):
     (["--use-distortion-for-training=false"], False), (["--no-use-distortion-for-training"], False),
     (["--use-distortion-for-training", "yes"], True)])
 def test_distortion_flag_is_a_real_boolean(mini_records, tmp_path, flags, value):
-    assert parse_ok(mini_records, tmp_path, *flags)[0].use_distortion_for_training is value
+    assert parse_ok(mini_records, tmp_path, *flags).use_distortion_for_training is value
 
 
 def test_flags_file(mini_records, tmp_path):
     flagfile = tmp_path / "flags.txt"
     flagfile.write_text("# a tuning baseline\n--num-layers 20 --learning-rate 0.05\n"
                         "--data-dir %s\n--num-gpus=0\n" % mini_records)
-    hp, _ = cifar10_main.parse(["@%s" % flagfile, "--job-dir", str(tmp_path / "j"), "--num-layers", "32"])
+    hp = cifar10_main.parse(["@%s" % flagfile, "--job-dir", str(tmp_path / "j"), "--num-layers", "32"])
     assert (hp.num_layers, hp.learning_rate) == (32, 0.05)  # later flags win
 
 
@@ -86,25 +88,25 @@ def test_job_dir_from_vertex_ai_environment(mini_records, tmp_path, monkeypatch,
     monkeypatch.delenv("AIP_CHECKPOINT_DIR", raising=False)
     assert "--job-dir is required" in parse_error(capsys, argv)
     monkeypatch.setenv("AIP_MODEL_DIR", "gs://b/model/")
-    assert cifar10_main.parse(argv)[0].job_dir == "gs://b/model"
+    assert cifar10_main.parse(argv).job_dir == "gs://b/model"
     monkeypatch.setenv("AIP_CHECKPOINT_DIR", "gs://b/checkpoints")
-    assert cifar10_main.parse(argv)[0].job_dir == "gs://b/checkpoints"
+    assert cifar10_main.parse(argv).job_dir == "gs://b/checkpoints"
 
 
 def test_tuning_trial_gets_its_own_job_dir(mini_records, tmp_path, monkeypatch):
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"master": ["127.0.0.1:1"]},
                                                 "task": {"type": "master", "index": 0, "trial": "7"}}))
-    hp, cluster = parse_ok(mini_records, tmp_path)
-    assert cluster.trial == "7" and hp.job_dir == str(tmp_path / "job" / "7")
+    hp = parse_ok(mini_records, tmp_path)
+    assert hp.cluster.trial == "7" and hp.job_dir == str(tmp_path / "job" / "7")
     assert "CLOUD_ML_TRIAL_ID" not in os.environ  # parsing changes nothing around it
     # Vertex AI tuning trials: AIP_CHECKPOINT_DIR is BASE/<trial>/checkpoints already.
     monkeypatch.setenv("AIP_CHECKPOINT_DIR", "gs://b/hp/7/checkpoints")
-    hp, _ = cifar10_main.parse(["--data-dir", mini_records, "--num-gpus", "0"])
+    hp = cifar10_main.parse(["--data-dir", mini_records, "--num-gpus", "0"])
     assert hp.job_dir == "gs://b/hp/7/checkpoints"
     monkeypatch.delenv("AIP_CHECKPOINT_DIR")
     monkeypatch.delenv("TF_CONFIG")
     monkeypatch.setenv("CLOUD_ML_TRIAL_ID", "3")
-    assert parse_ok(mini_records, tmp_path)[0].job_dir == str(tmp_path / "job" / "3")
+    assert parse_ok(mini_records, tmp_path).job_dir == str(tmp_path / "job" / "3")
 
 
 CLUSTER = {"master": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"], "ps": ["127.0.0.1:4"]}
@@ -152,13 +154,35 @@ def test_malformed_tf_config_is_a_clean_cli_error(mini_records, tmp_path, monkey
     assert "TF_CONFIG is not valid JSON" in err and "Traceback" not in err
 
 
-def test_hparams_is_frozen():
-    hp = hparams_lib.HParams(data_dir="d", job_dir="j")
-    import dataclasses
+def test_resolve_reads_the_environment_it_is_given_and_records_it(mini_records, tmp_path):
+    args = hparams_lib.build_parser().parse_args(["--data-dir", mini_records, "--num-gpus", "0",
+                                                  "--job-dir", str(tmp_path / "job")])
+    environ = {"CLOUD_ML_TRIAL_ID": "5", "AIP_TENSORBOARD_LOG_DIR": "gs://b/tensorboard"}
+    hp = config.resolve(args, environ, gpus_visible=0)
+    assert (hp.cluster.trial, hp.job_dir, hp.tensorboard_dir) == ("5", str(tmp_path / "job" / "5"),
+                                                                   "gs://b/tensorboard")
+    # hparams.json holds all of it: what it records reads back to the same HParams.
+    record = json.loads(json.dumps(config.describe(hp)))
+    assert hparams_lib.HParams.from_dict(record["hparams"]) == hp
+    assert record["derived"]["validation_flip_tta"] is False and record["hparams"]["cluster"]["trial"] == "5"
+    # Vertex AI's TensorBoard dir is the job dir itself: nothing to mirror.
+    same = config.resolve(args, {"AIP_TENSORBOARD_LOG_DIR": str(tmp_path / "job") + "/"}, gpus_visible=0)
+    assert (same.tensorboard_dir, same.job_dir, same.cluster.trial) == (None, str(tmp_path / "job"), None)
+    assert "CLOUD_ML_TRIAL_ID" not in os.environ
 
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        hp.learning_rate = 1.0
-    assert hp.replace(learning_rate=0.5).learning_rate == 0.5 and hp.learning_rate == 0.1
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--health-dead-relu-fraction", "1", "--health-dead-relu-fraction 1.0 must be in \\(0, 1\\)"),
+    ("--health-class-ratio", "0", "--health-class-ratio 0.0 must be in \\(0, 1\\)"),
+    ("--health-every-n-steps", "0", "--health-every-n-steps 0 must be positive"),
+    ("--health-loss-window", "-3", "--health-loss-window -3 must be positive"),
+])
+def test_health_thresholds_are_checked_from_their_declaration(mini_records, tmp_path, capsys, flag, value, message):
+    err = parse_error(capsys, ["--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0",
+                               flag, value])
+    assert re.search(message, err), err
+    declared = [f.name for f in hparams_lib.health_thresholds()]
+    assert len(declared) == 15 and "health_checks" not in declared
 
 
 def _copy_records(mini_records, tmp_path):

@@ -1,5 +1,6 @@
 """Health rules, their probes, the monitor, pictures, logs and the pre-flight check."""
 
+import functools
 import json
 import logging
 import math
@@ -13,25 +14,23 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import hparams as hparams_lib
-from estimator import logs
+from estimator import logs, pictures, summaries
 from estimator.cifar10_format import CLASS_NAMES
 from estimator.convert import convert, read_archive
 from estimator.health import monitor as monitor_lib
-from estimator.health import pictures, probes, rules
+from estimator.health import probes, rules
 from estimator.model_fn import model_fn
 from tests import cifar_archives as ca
-from tests.conftest import REPO, free_port
+from tests import helpers
+from tests.helpers import REPO, events, free_port, run_joined, run_main
 
 v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
 
 
-def hp(**kw):
-    values = dict(data_dir="", job_dir="", num_gpus=0, num_layers=8, train_steps=10, num_train_examples=100,
-                  weight_decay=2e-4)
-    values.update(kw)
-    return hparams_lib.HParams(**values)
+# The health checks' own short schedule over a small training set.
+hp = functools.partial(helpers.hp, train_steps=10, num_train_examples=100, train_batch_size=128,
+                       eval_batch_size=100)
 
 
 # -- rules: exact boundaries ----------------------------------------------------------
@@ -139,7 +138,6 @@ def test_after_evaluation_rules_fire_on_built_cases_and_write_scalars(tmp_path):
     record = json.load(open(str(tmp_path / "health.json")))
     assert [(r["rule"], r["step"]) for r in record] == [("class_accuracy", 100), ("overtraining", 300)]
     assert "class 'truck' has accuracy 0.100 against 0.700" in record[0]["message"]
-    from tests.test_training import events
 
     tags = events(str(tmp_path / "eval_validation"))
     assert [s for s, _ in tags["health/validation_loss_rise"]] == [300]
@@ -246,7 +244,7 @@ def test_evaluation_metrics_confusion_matrix_and_mistakes_are_exact():
 def test_pictures_are_pngs_of_the_right_size(tmp_path):
     images = np.zeros([16, 32, 32, 3], np.uint8)
     png = pictures.batch_grid(images, list(range(10)) + [0] * 6)
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and pictures._png_size(png)[0] > 500
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and summaries._png_size(png)[0] > 500
     assert pictures.mistakes_png(images[:2], [0, 1], [1, 0], [-1.0, -1.0]) == b""  # nothing to show
     matrix = np.diag(np.arange(1, 11))
     assert pictures.confusion_png(matrix)[:4] == b"\x89PNG"
@@ -316,19 +314,12 @@ def blank_records(tmp_path_factory, mini_archive):
     return str(tmp / "data")
 
 
-def run_module(module, *flags, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run([sys.executable, "-m", module] + list(flags), cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
 SMALL = ["--num-gpus", "0", "--num-layers", "8", "--seed", "1"]
 
 
 @pytest.mark.slow
 def test_preflight_passes_on_real_images(mini_records, tmp_path):
-    rc, out = run_module("estimator.preflight", "--data-dir", mini_records, "--output", str(tmp_path), *SMALL)
+    rc, out = run_joined("estimator.preflight", "--data-dir", mini_records, "--output", str(tmp_path), *SMALL)
     assert rc == 0, out
     checks = json.load(open(str(tmp_path / "preflight.json")))
     assert [c["name"] for c in checks] == [
@@ -342,7 +333,7 @@ def test_preflight_passes_on_real_images(mini_records, tmp_path):
 
 @pytest.mark.slow
 def test_preflight_fails_the_baseline_on_blank_images(blank_records, tmp_path):
-    rc, out = run_module("estimator.preflight", "--data-dir", blank_records, "--output", str(tmp_path), *SMALL)
+    rc, out = run_joined("estimator.preflight", "--data-dir", blank_records, "--output", str(tmp_path), *SMALL)
     assert rc == 1, out
     result = {c["name"]: c["passed"] for c in json.load(open(str(tmp_path / "preflight.json")))}
     # Blank images carry nothing to learn or memorise; the network itself is sound.
@@ -355,7 +346,7 @@ def test_preflight_fails_the_baseline_on_blank_images(blank_records, tmp_path):
 def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mini_records, tmp_path):
     # Real images, thresholds no healthy run meets: the probes, rules and records are wired for each rule.
     job = str(tmp_path / "strict")
-    rc, out = run_module("estimator.cifar10_main", "--data-dir", mini_records, "--job-dir", job, *SMALL,
+    rc, out = run_main("--data-dir", mini_records, "--job-dir", job, *SMALL,
                          "--train-steps", "60", "--train-batch-size", "32", "--eval-policy", "final", "--export",
                          "false", "--health-every-n-steps", "5", "--health-init-loss-tolerance", "1e-6",
                          "--health-vanishing-gradient", "1e3", "--health-exploding-factor", "1e-3",
@@ -373,7 +364,7 @@ def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mi
 @pytest.mark.slow
 def test_blank_images_stop_training_under_health_checks_stop(blank_records, tmp_path):
     job = str(tmp_path / "job")
-    rc, out = run_module("estimator.cifar10_main", "--data-dir", blank_records, "--job-dir", job, *SMALL,
+    rc, out = run_main("--data-dir", blank_records, "--job-dir", job, *SMALL,
                          "--train-steps", "50", "--train-batch-size", "32", "--health-checks", "stop")
     assert rc == monitor_lib.EXIT_STATUS, out[-3000:]
     assert out.strip().splitlines()[-1].startswith(
@@ -392,7 +383,7 @@ def fetch_json(url):
 @pytest.mark.slow
 def test_health_scalars_and_pictures_reach_tensorboard(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    rc, out = run_module("estimator.cifar10_main", "--data-dir", mini_records, "--job-dir", job, *SMALL,
+    rc, out = run_main("--data-dir", mini_records, "--job-dir", job, *SMALL,
                          "--train-steps", "30", "--train-batch-size", "32", "--save-checkpoints-steps", "15",
                          "--eval-throttle-secs", "0", "--health-every-n-steps", "10", "--log-every-n-steps", "10",
                          "--export", "false")

@@ -1,64 +1,14 @@
 """cmle_config.yaml and hptuning_config.yaml against the ml.v1 API's own schema."""
 
-import json
 import os
 
-import googleapiclient
 import pytest
 import yaml
 
 from estimator import cluster as cluster_lib
 from estimator import hparams as hparams_lib
 from estimator.hooks import EvalReporter
-from tests.conftest import REPO
-
-DOCUMENTS = os.path.join(os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents")
-SCHEMAS = json.load(open(os.path.join(DOCUMENTS, "ml.v1.json")))["schemas"]
-AIPLATFORM_SCHEMAS = json.load(open(os.path.join(DOCUMENTS, "aiplatform.v1.json")))["schemas"]
-
-
-def check(value, schema, path="", errors=None, schemas=SCHEMAS):
-    """Validates ``value`` against a discovery-document schema; returns the errors.
-
-    Read-only fields (output only) count as unknown: a request must not set them.
-    """
-    errors = [] if errors is None else errors
-    if "$ref" in schema:
-        schema = schemas[schema["$ref"]]
-    kind = schema.get("type")
-    if kind == "object":
-        if not isinstance(value, dict):
-            errors.append("%s: expected an object, got %r" % (path, value))
-            return errors
-        for key, item in value.items():
-            if key in schema.get("properties", {}) and not schema["properties"][key].get("readOnly"):
-                check(item, schema["properties"][key], path + "." + key, errors, schemas)
-            elif "additionalProperties" in schema:
-                check(item, schema["additionalProperties"], path + "." + key, errors, schemas)
-            else:
-                errors.append("%s: unknown field %r" % (path, key))
-    elif kind == "array":
-        if not isinstance(value, list):
-            errors.append("%s: expected a list" % path)
-        else:
-            for i, item in enumerate(value):
-                check(item, schema["items"], "%s[%d]" % (path, i), errors, schemas)
-    elif kind == "string" and schema.get("format") in ("int64", "uint64"):
-        # JSON carries 64-bit integers as strings; YAML configs give numbers.
-        if isinstance(value, bool) or not (isinstance(value, int) or str(value).lstrip("-").isdigit()):
-            errors.append("%s: expected an integer, got %r" % (path, value))
-    elif kind == "string":
-        if not isinstance(value, str):
-            errors.append("%s: expected a string, got %r" % (path, value))
-        elif "enum" in schema and value not in schema["enum"]:
-            errors.append("%s: %r is not one of %s" % (path, value, schema["enum"]))
-    elif kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
-        errors.append("%s: expected an integer, got %r" % (path, value))
-    elif kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        errors.append("%s: expected a number, got %r" % (path, value))
-    elif kind == "boolean" and not isinstance(value, bool):
-        errors.append("%s: expected a boolean, got %r" % (path, value))
-    return errors
+from tests.helpers import REPO, check
 
 
 def training_input(name):

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import hparams as hparams_lib
 from estimator.cifar10 import Cifar10DataSet
 from estimator.cifar10_format import CLASS_NAMES
 from estimator.cifar10_model import ResNetCifar10, check_depth
 from estimator.model_fn import average_gradients, model_fn, split_batch, tower_fn
+from tests.helpers import hp
 
 v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
@@ -68,11 +68,6 @@ def test_both_data_formats_compute_the_same_function(version):
     np.testing.assert_allclose(nchw, nhwc, rtol=1e-4, atol=1e-4)
 
 
-def hp(**kw):
-    base = dict(data_dir="unused", job_dir="unused", num_gpus=0, num_layers=8, train_batch_size=6,
-                eval_batch_size=6, num_train_examples=4068, seed=1)
-    base.update(kw)
-    return hparams_lib.HParams(**base)
 
 
 def _session_config(towers):
@@ -200,15 +195,16 @@ def test_loss_at_initialisation_is_ln_10(mini_records):
 
 def test_learning_rate_schedule_exact_boundaries():
     # 50,000 images at batch 128: 390 steps per epoch, the paper's setting.
-    b, v = hparams_lib.learning_rate_schedule(0.1, 50000, 128)
-    assert b == [390 * 82, 390 * 123, 390 * 300]
-    np.testing.assert_allclose(v, [0.1, 0.01, 0.001, 0.0002])
+    paper = hp(num_train_examples=50000, train_batch_size=128).schedule
+    assert paper.boundaries == (390 * 82, 390 * 123, 390 * 300)
+    np.testing.assert_allclose(paper.values, [0.1, 0.01, 0.001, 0.0002])
     # Small data and batches decay too: the mini set's 4,068 images at batch 128.
-    assert hparams_lib.learning_rate_schedule(0.1, 4068, 128)[0] == [31 * 82, 31 * 123, 31 * 300]
+    assert hp(num_train_examples=4068, train_batch_size=128).schedule.boundaries == (31 * 82, 31 * 123, 31 * 300)
     # Synchronous workers take one step per worker-batch group; asynchronous ones a step each.
-    assert hparams_lib.learning_rate_schedule(0.1, 40000, 128, num_workers=4, sync=True)[0][0] == 78 * 82
-    assert hparams_lib.learning_rate_schedule(0.1, 40000, 128, num_workers=4, sync=False)[0][0] == 312 * 82
-    assert hparams_lib.learning_rate_schedule(0.1, 10, 128)[0] == [82, 123, 300]
+    cluster = dict(num_train_examples=40000, train_batch_size=128, num_workers=4)
+    assert hp(sync=True, **cluster).schedule.boundaries[0] == 78 * 82
+    assert hp(sync=False, **cluster).schedule.boundaries[0] == 312 * 82
+    assert hp(num_train_examples=10, train_batch_size=128).schedule.boundaries == (82, 123, 300)
 
 
 def test_learning_rate_decays_in_the_graph():
@@ -260,25 +256,40 @@ def test_average_pool_is_exact_on_computed_inputs(data_format, precision):
                 np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
-def test_flip_tta_accuracy_equals_plain_accuracy_on_mirror_symmetric_images():
-    half = np.random.RandomState(2).uniform(0, 255, size=(6, 32, 16, 3)).astype(np.float32)
-    symmetric = np.concatenate([half, half[:, :, ::-1]], axis=2)  # each image is its own mirror
+def test_flip_tta_accuracy_against_a_hand_computed_case():
+    """On images that are not mirror-symmetric: TTA's prediction is argmax(p(x) + p(mirror x)),
+    computed here from the network's own probabilities of each view, and differs from the plain one."""
+    # Two colours per image, split off-centre (12 and 20 columns): the mirror is another image.
+    left, right = np.random.RandomState(2).uniform(0, 255, (2, 30, 1, 1, 3))
+    images = np.concatenate([np.broadcast_to(left, (30, 32, 12, 3)), np.broadcast_to(right, (30, 32, 20, 3))],
+                            axis=2).astype(np.float32)
     with tf.Graph().as_default():
+        v1.set_random_seed(3)  # fixed weights: a case computed once, the same every run
         v1.train.create_global_step()
-        labels = tf.constant([3, 1, 4, 1, 5, 9])
-        spec = model_fn(tf.constant(symmetric), labels, MODES.EVAL, hp(eval_flip_tta=True))
+        x = v1.placeholder(tf.float32, [30, 32, 32, 3])
+        y = v1.placeholder(tf.int32, [30])
+        spec = model_fn(x, y, MODES.EVAL, hp(eval_flip_tta=True, eval_batch_size=30))
         plain, tta = spec.eval_metric_ops["accuracy"], spec.eval_metric_ops["accuracy_flip_tta"]
         # A second, reused set of towers: no new variables.
-        assert len([v for v in v1.trainable_variables()]) == count_params_of(8)
+        assert len(v1.trainable_variables()) == count_params_of(8)
         with v1.Session() as sess:
             sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
             fc = [v for v in v1.global_variables() if v.op.name == "resnet/fc/kernel"][0]
-            fc.load(np.random.RandomState(1).normal(0, 0.5, fc.shape).astype(np.float32), sess)
-            sess.run([plain[1], tta[1]])
-            assert sess.run(plain[0]) == sess.run(tta[0])
-            # On images that are not symmetric the two can differ: the metric is computed, not copied.
-            logits = sess.run(spec.predictions["probabilities"])
-            assert logits.shape == (6, 10)
+            # Large last-layer weights without a common part (columns of mean 0): the differences
+            # between the views' features, not their shared positive mean, pick the top class.
+            weights = np.random.RandomState(1).normal(0, 20.0, fc.shape)
+            fc.load((weights - weights.mean(axis=0)).astype(np.float32), sess)
+            probabilities = spec.predictions["probabilities"]
+            p = sess.run(probabilities, {x: images})
+            q = sess.run(probabilities, {x: images[:, :, ::-1]})  # the mirror images (width axis)
+            tta_classes, plain_classes = np.argmax(p + q, axis=1), np.argmax(p, axis=1)
+            disagree = int(np.sum(tta_classes != plain_classes))
+            assert 0 < disagree < 30  # the case tells the two metrics apart
+            # Labels chosen so that TTA is right on every image and the plain prediction only
+            # where the two agree: 1.0 against (30 - disagree) / 30.
+            sess.run([plain[1], tta[1]], {x: images, y: tta_classes})
+            assert sess.run(tta[0]) == 1.0
+            assert sess.run(plain[0]) == pytest.approx((30 - disagree) / 30)
 
 
 def count_params_of(depth):

@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def test_code_runs_on_the_cloud_runtimes_python():

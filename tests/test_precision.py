@@ -12,18 +12,13 @@ import tensorflow as tf
 
 from estimator import train
 from estimator.cifar10_model import ResNetCifar10
-from estimator.hparams import HParams
 from estimator.model_fn import model_fn
+from tests.helpers import hp
 
 v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
 
 
-def hp(**kw):
-    base = dict(data_dir="unused", job_dir="unused", num_gpus=0, num_layers=8, train_batch_size=6,
-                eval_batch_size=6, num_train_examples=4068, seed=1)
-    base.update(kw)
-    return HParams(**base)
 
 
 def logits_of(precision, images, values=None):
@@ -130,5 +125,7 @@ def test_checkpoints_carry_over_between_precisions(mini_records, tmp_path):
     estimator("fp16").train(train.input_fn(base, "train", seed=2), max_steps=3)
     estimator("fp32").train(train.input_fn(base, "train", seed=3), max_steps=4)
     assert tf.train.load_checkpoint(job).get_tensor("global_step") == 4
-    json.dumps({k: v for k, v in result.items() if np.ndim(v) == 0}, default=float)  # plain numbers
+    # The scalars are plain numbers that results.json can hold.
+    scalars = json.loads(json.dumps({k: v for k, v in result.items() if np.ndim(v) == 0}, default=float))
+    assert scalars["eval_examples"] == 1017 and scalars["global_step"] == 2
     assert result["confusion_matrix"].shape == (10, 10) and result["confusion_matrix"].sum() == 1017

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from estimator import cifar10_main, schedules
-from estimator import hparams as hparams_lib
 
 
 def rates(steps, **kw):
@@ -57,7 +56,7 @@ def test_derived_step_counts():
 
 def parse(mini_records, tmp_path, *flags):
     return cifar10_main.parse(["--data-dir", mini_records, "--job-dir", str(tmp_path / "job"),
-                               "--num-gpus", "0"] + list(flags))[0]
+                               "--num-gpus", "0"] + list(flags))
 
 
 def test_train_epochs_and_schedule_land_in_hparams(mini_records, tmp_path):
@@ -67,23 +66,23 @@ def test_train_epochs_and_schedule_land_in_hparams(mini_records, tmp_path):
     # The mini archive's 4,068 training images at batch 256: 31.8 steps for 2 epochs, rounded up.
     assert (hp.train_steps, hp.train_batch_size, hp.train_epochs) == (32, 256, 2.0)
     assert (hp.lr_schedule, hp.label_smoothing, hp.nesterov, hp.precision) == ("onecycle", 0.1, True, "bf16")
-    sched = hparams_lib.schedule(hp)
-    assert sched == {"schedule": "onecycle", "peak": pytest.approx(0.2), "total_steps": 32, "warmup": 6,
-                     "boundaries": [], "factors": []}
+    assert hp.schedule == schedules.Schedule("onecycle", pytest.approx(0.2), total_steps=32, warmup=6)
 
 
 def test_defaults_keep_the_original_schedule(mini_records, tmp_path):
     hp = parse(mini_records, tmp_path)
     assert (hp.train_steps, hp.lr_schedule, hp.precision, hp.eval_policy) == (80000, "piecewise", "fp32",
                                                                               "periodic")
-    assert hparams_lib.schedule(hp)["boundaries"] == [31 * 82, 31 * 123, 31 * 300]
+    assert hp.schedule.boundaries == (31 * 82, 31 * 123, 31 * 300)
+    assert hp.schedule.values == pytest.approx([0.1, 0.01, 0.001, 0.0002])
 
 
 def test_he2016_decay_steps(mini_records, tmp_path):
     hp = parse(mini_records, tmp_path, "--lr-decay-steps", "32000", "48000", "--train-steps", "64000")
-    sched = hparams_lib.schedule(hp)
-    assert sched["boundaries"] == [32000, 48000] and sched["factors"] == pytest.approx([0.1, 0.01])
-    np.testing.assert_allclose(rates([32000, 32001, 48000, 48001], **sched), [0.1, 0.01, 0.01, 0.001], rtol=1e-6)
+    sched = hp.schedule
+    assert sched.boundaries == (32000, 48000) and sched.factors == pytest.approx((0.1, 0.01))
+    got = [float(sched.learning_rate(s)) for s in (32000, 32001, 48000, 48001)]
+    np.testing.assert_allclose(got, [0.1, 0.01, 0.01, 0.001], rtol=1e-6)
 
 
 @pytest.mark.parametrize("flags,message", [

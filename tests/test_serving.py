@@ -11,24 +11,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import export as export_cli
+from estimator import config
 from estimator.cifar10 import Cifar10DataSet
 from estimator.hparams import HParams
 from estimator.model_fn import model_fn
-from tests.conftest import REPO
-from tests.test_training import events, run_main
+from tests.helpers import REPO, events, run_main, run_module
 
 pytestmark = pytest.mark.slow
 
 FLAGS = ["--num-gpus", "0", "--num-layers", "8", "--train-batch-size", "32", "--eval-batch-size", "100",
          "--save-checkpoints-steps", "20", "--eval-throttle-secs", "0", "--batch-norm-decay", "0.9",
          "--log-every-n-steps", "20", "--seed", "4"]
-
-
-def run_module(module, *args, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", module] + list(args), cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 def exports(job, kind):
@@ -98,7 +91,7 @@ def test_signatures_match_estimator_predict_in_a_fresh_process(job, mini_records
                           + pngs, capture_output=True, text=True, check=True, cwd=REPO)
     served = json.loads(proc.stdout)
 
-    hp = export_cli.job_hparams(job)
+    hp = config.load(job)
     estimator = tf.estimator.Estimator(model_fn, model_dir=job, params=hp)
     predicted = list(estimator.predict(lambda: tf.data.Dataset.from_tensors(tf.constant(pixels)),
                                        checkpoint_path=tf.train.latest_checkpoint(job)))

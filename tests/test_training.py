@@ -1,11 +1,8 @@
 """End-to-end training through ``python -m estimator.cifar10_main`` (slow: real training)."""
 
-import glob
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,7 +10,7 @@ import tensorflow as tf
 
 from estimator.convert import convert, read_archive
 from tests import cifar_archives as ca
-from tests.conftest import REPO
+from tests.helpers import events, run_main
 
 pytestmark = pytest.mark.slow
 
@@ -21,24 +18,6 @@ pytestmark = pytest.mark.slow
 # the moving averages keep up within a few hundred steps (../shared/TF215-NOTES.md).
 LEARN = ["--num-gpus", "0", "--num-layers", "20", "--train-steps", "400", "--batch-norm-decay", "0.9",
          "--seed", "1", "--log-every-n-steps", "100", "--health-loss-window", "100"]
-
-
-def run_main(*flags, env=None, timeout=600):
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-    proc = subprocess.run([sys.executable, "-m", "estimator.cifar10_main"] + list(flags), cwd=REPO,
-                          env=environment, capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def events(directory):
-    """tag -> [(step, value)] from the event files of one TensorBoard run directory."""
-    out = {}
-    for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                scalar = value.simple_value if value.HasField("simple_value") else None
-                out.setdefault(value.tag, []).append((event.step, scalar))
-    return out
 
 
 @pytest.fixture(scope="module")

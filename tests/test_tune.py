@@ -10,7 +10,7 @@ import time
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
-from estimator import cifar10_main, storage, train
+from estimator import cifar10_main, config, storage
 from estimator.convert import convert
 from tests import cifar_archives as ca
-from tests.conftest import REPO, free_port
+from tests.helpers import REPO, events, free_port
 
 
 def fetch_json(url):
@@ -47,7 +47,6 @@ def test_trial_reports_validation_accuracy_to_hypertune_and_tensorboard(mini_rec
     assert reports[-1]["checkpoint_path"].endswith("model.ckpt-20")
 
     # Vertex AI's TensorBoard directory gets the training and evaluation summaries too.
-    from tests.test_training import events
 
     mirrored = events(str(tmp_path / "vertex-tensorboard"))
     assert {"loss", "train/learning_rate"} <= set(mirrored) and mirrored["loss"][0][0] == 0
@@ -85,10 +84,10 @@ def test_trial_reports_validation_accuracy_to_hypertune_and_tensorboard(mini_rec
 def test_trainer_reads_gcs_records_and_writes_gcs_records_of_its_own(gcs, tmp_path):
     sha, _ = ca.make_archive(str(tmp_path / "a.tar.gz"), sizes=(3, 3, 2, 2, 4, 5))
     convert(gcs + "/cifar", source=str(tmp_path / "a.tar.gz"), sha256=sha, progress=False, log=lambda *_: None)
-    hp, _ = cifar10_main.parse(["--data-dir", gcs + "/cifar", "--job-dir", gcs + "/jobs/1", "--num-gpus", "0",
+    hp = cifar10_main.parse(["--data-dir", gcs + "/cifar", "--job-dir", gcs + "/jobs/1", "--num-gpus", "0",
                                 "--train-batch-size", "2"])
     assert hp.num_train_examples == 10 and hp.job_dir == gcs + "/jobs/1"
-    train.write_json(storage.join(hp.job_dir, "results.json"), {"accuracy": 0.5})
+    config.write_json(storage.join(hp.job_dir, "results.json"), {"accuracy": 0.5})
     assert json.loads(storage.read_text(gcs + "/jobs/1/results.json")) == {"accuracy": 0.5}
 
 

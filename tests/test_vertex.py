@@ -7,10 +7,9 @@ import pytest
 import yaml
 
 from estimator import vertex as vertex_cli
+from estimator import vertex_job
 from estimator.tuning import spec as spec_lib
-from estimator.tuning import vertex
-from tests.conftest import REPO
-from tests.test_job_configs import AIPLATFORM_SCHEMAS, check
+from tests.helpers import AIPLATFORM_SCHEMAS, REPO, check
 
 PACKAGE = "gs://bucket/packages/cifar10-resnet-estimator-0.2.0.tar.gz"
 TRAINER = ["--data-dir=gs://bucket/cifar-10-data", "--num-gpus=2", "--variable-strategy=GPU"]
@@ -39,7 +38,7 @@ def test_custom_job_from_cmle_config(tmp_path, capsys):
     assert (chief["replicaCount"], workers["replicaCount"], ps["replicaCount"]) == ("1", "2", "1")
     assert ps["machineSpec"] == {"machineType": "n1-highmem-8"}
     package = chief["pythonPackageSpec"]
-    assert package == {"executorImageUri": vertex.PREBUILT_GPU_IMAGE, "packageUris": [PACKAGE],
+    assert package == {"executorImageUri": vertex_job.PREBUILT_GPU_IMAGE, "packageUris": [PACKAGE],
                        "pythonModule": "estimator.cifar10_main", "args": TRAINER}
     assert job["baseOutputDirectory"] == {"outputUriPrefix": "gs://bucket/jobs/j1"}
     out = capsys.readouterr()
@@ -76,7 +75,7 @@ def test_hp_tuning_job_from_hptuning_config(tmp_path):
     assert momentum["scaleType"] == "UNIT_REVERSE_LOG_SCALE"
     assert (job["maxTrialCount"], job["parallelTrialCount"], job["maxFailedTrialCount"]) == (24, 4, 4)
     assert job["trialJobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["executorImageUri"] \
-        == vertex.PREBUILT_GPU_IMAGE
+        == vertex_job.PREBUILT_GPU_IMAGE
 
 
 def test_every_parameter_type_maps_to_its_value_spec(tmp_path):

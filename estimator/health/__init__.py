@@ -14,6 +14,5 @@ The data's manifest check lives with the data: ``estimator.cifar10.Cifar10DataSe
 """
 
 from estimator.health.monitor import EXIT_STATUS, EvalHealth, HealthHook, HealthMonitor, HealthStop
-from estimator.health.pictures import write_curves
 
-__all__ = ["EXIT_STATUS", "EvalHealth", "HealthHook", "HealthMonitor", "HealthStop", "write_curves"]
+__all__ = ["EXIT_STATUS", "EvalHealth", "HealthHook", "HealthMonitor", "HealthStop"]

@@ -18,18 +18,28 @@ mistakes pictures.
 from __future__ import annotations
 
 import collections
+import json
 import math
 
 import numpy as np
 import tensorflow as tf
 
 from estimator import cifar10_format as fmt
-from estimator import hooks, logs, storage
-from estimator.health import nonfinite, pictures, probes, rules
+from estimator import logs, pictures, storage, summaries
+from estimator.health import probes, rules
 
 v1 = tf.compat.v1
 
 EXIT_STATUS = 4
+RECORD = "health.json"
+
+
+def append_record(job_dir: str, entry: dict) -> None:
+    """Adds one event to JOB_DIR/health.json (a JSON list of objects): the one writer of that file."""
+    path = storage.join(job_dir, RECORD)
+    events = json.loads(storage.read_text(path)) if storage.exists(path) else []
+    events.append(entry)
+    storage.write_text(path, json.dumps(events, indent=2) + "\n")
 
 
 class HealthStop(RuntimeError):
@@ -55,7 +65,7 @@ class HealthMonitor(object):
         values = {"health/" + k: v for k, v in values.items() if v is not None and math.isfinite(v)}
         if values and self._is_chief:
             for directory in self.log_dirs(log_dir):
-                hooks.write_scalars(directory, values, step)
+                summaries.write_scalars(directory, values, step)
 
     def log_dirs(self, log_dir: str):
         """``log_dir`` (under the job dir) and its twin under the mirror directory, if any."""
@@ -78,7 +88,7 @@ class HealthMonitor(object):
             return
         if png:
             for directory in self.log_dirs(log_dir):
-                pictures.write_image(directory, tag, png, step)
+                summaries.write_image(directory, tag, png, step)
 
     def check(self, rule: str, step: int, value, finding) -> None:
         """Reports ``finding`` of ``rule`` if it just turned bad."""
@@ -94,7 +104,7 @@ class HealthMonitor(object):
         self.events.append(entry)
         logs.warning("health: step %d: %s", step, message)
         if self._is_chief:
-            nonfinite.append_record(self.hp.job_dir, entry)
+            append_record(self.hp.job_dir, entry)
         if self.action == "stop":
             raise HealthStop("training stopped at step %d by the health rule %s (--health-checks stop): %s "
                              "Last checkpoint: %s." % (step, rule, message,
@@ -127,10 +137,12 @@ class HealthHook(v1.train.SessionRunHook):
         self._relu_window = collections.deque(maxlen=self._hp.health_dead_relu_window)
 
     def begin(self):
+        from estimator import model_fn as model_fn_lib  # here: model_fn builds on this module
+
         graph = v1.get_default_graph()
         self._probes = probes.get(graph)
         self._step = v1.train.get_global_step()
-        self._xent = graph.get_tensor_by_name("cross_entropy:0")
+        self._xent = graph.get_tensor_by_name(model_fn_lib.CROSS_ENTROPY)
         self._next_rule_step = None
         self._first_run = True
 
@@ -170,7 +182,7 @@ class HealthHook(v1.train.SessionRunHook):
         hp, m = self._hp, self._monitor
         values = {}
         if fresh_start:
-            value, finding = rules.init_loss(xent, len(fmt.CLASS_NAMES), hp.health_init_loss_tolerance)
+            value, finding = rules.init_loss(xent, fmt.NUM_CLASSES, hp.health_init_loss_tolerance)
             m.check("init_loss", step, value, finding)
             values["init_loss"] = value
         grads_finite = all(np.all(np.isfinite(p[k])) for k in ("grad_mean_abs", "update_ratio", "grad_norm"))
@@ -200,7 +212,7 @@ class HealthHook(v1.train.SessionRunHook):
         m.check("input_stats", step, (mean, std), finding)
         values.update(input_mean=mean, input_std=std)
         value, finding = rules.loss_not_decreasing(m.losses, hp.health_loss_window, hp.health_loss_min_decrease,
-                                                   chance=math.log(len(fmt.CLASS_NAMES)))
+                                                   chance=math.log(fmt.NUM_CLASSES))
         m.check("loss_not_decreasing", step, value, finding)
         values["loss_decrease"] = value
         m.scalars(hp.job_dir, values, step)

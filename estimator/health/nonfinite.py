@@ -15,15 +15,15 @@ there and are handled by loss scaling (skipped steps are counted instead).
 
 from __future__ import annotations
 
-import json
 import math
 
 import tensorflow as tf
 
+from estimator.health.monitor import append_record
+
 v1 = tf.compat.v1
 
 GRADS_FINITE = "health_grads_finite"  # graph collection: [bool per gradient], [variable names]
-RECORD = "health.json"
 EXIT_STATUS = 3
 
 
@@ -39,16 +39,6 @@ def add_gradient_flags(grads_and_vars) -> None:
     v1.add_to_collection(GRADS_FINITE, names)
 
 
-def append_record(job_dir: str, entry: dict) -> None:
-    """Adds one event to JOB_DIR/health.json (a JSON list of objects)."""
-    from estimator import storage
-
-    path = storage.join(job_dir, RECORD)
-    events = json.loads(storage.read_text(path)) if storage.exists(path) else []
-    events.append(entry)
-    storage.write_text(path, json.dumps(events, indent=2) + "\n")
-
-
 class NonFiniteHook(v1.train.SessionRunHook):
     """Checks the loss and the gradient flags after every step."""
 
@@ -56,9 +46,11 @@ class NonFiniteHook(v1.train.SessionRunHook):
         self._job_dir = job_dir
 
     def begin(self):
+        from estimator import model_fn as model_fn_lib  # here: model_fn builds on this module
+
         graph = v1.get_default_graph()
-        self._loss = graph.get_tensor_by_name("total_loss:0")
-        self._rate = graph.get_tensor_by_name("learning_rate:0")
+        self._loss = graph.get_tensor_by_name(model_fn_lib.TOTAL_LOSS)
+        self._rate = graph.get_tensor_by_name(model_fn_lib.LEARNING_RATE)
         self._step = v1.train.get_global_step()
         found = v1.get_collection(GRADS_FINITE)
         self._flags, self._names = found if found else (None, None)

@@ -27,9 +27,6 @@ from __future__ import annotations
 import math
 import statistics
 
-RULES = ("init_loss", "vanishing_gradients", "exploding_gradients", "update_ratio", "dead_relus",
-         "input_stats", "loss_not_decreasing", "overtraining", "class_accuracy")
-
 
 def init_loss(cross_entropy: float, num_classes: int, tolerance: float):
     """The loss of the very first step of a fresh run against ln(num_classes)."""

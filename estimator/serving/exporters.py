@@ -30,8 +30,7 @@ def export_base(job_dir: str, kind: str) -> str:
 
 
 def _keep_newest(base: str, keep: int) -> None:
-    stamps = sorted(int(n.rstrip("/")) for n in tf.io.gfile.listdir(base) if n.rstrip("/").isdigit())
-    for stamp in stamps[:-keep]:
+    for stamp in signatures.timestamps(base)[:-keep]:
         tf.io.gfile.rmtree(os.path.join(base, str(stamp)))
 
 

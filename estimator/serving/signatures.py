@@ -127,6 +127,13 @@ def export_saved_model(checkpoint_path: str, export_dir: str, hp) -> str:
     return export_dir
 
 
+def timestamps(base: str):
+    """The timestamped export directories' names under ``base`` (as ints), oldest first."""
+    if not tf.io.gfile.isdir(base):
+        return []
+    return sorted(int(n.rstrip("/")) for n in tf.io.gfile.listdir(base) if n.rstrip("/").isdigit())
+
+
 def timestamped_dir(base: str) -> str:
     """``base/<unix seconds>``, a new name (as Estimator exports are named)."""
     stamp = int(time.time())
@@ -143,13 +150,29 @@ def find_saved_model(path: str) -> str:
     """
     if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
         return path
-    if tf.io.gfile.isdir(path):
-        stamps = sorted((int(n.rstrip("/")) for n in tf.io.gfile.listdir(path) if n.rstrip("/").isdigit()),
-                        reverse=True)
-        for stamp in stamps:
-            candidate = os.path.join(path, str(stamp))
-            if tf.io.gfile.exists(os.path.join(candidate, "saved_model.pb")):
-                return candidate
+    for stamp in reversed(timestamps(path)):
+        candidate = os.path.join(path, str(stamp))
+        if tf.io.gfile.exists(os.path.join(candidate, "saved_model.pb")):
+            return candidate
     raise FileNotFoundError(
         "%s holds no SavedModel (saved_model.pb), nor timestamped exports: pass an export such as "
         "JOB_DIR/export/best, or make one with python -m estimator.export --job-dir JOB_DIR --output DIR." % path)
+
+
+def resolve_checkpoint(job_dir: str, checkpoint=None) -> str:
+    """``checkpoint`` (a prefix such as JOB/model.ckpt-400), else the job's latest.
+
+    Raises:
+      FileNotFoundError: naming the missing checkpoint and what to pass.
+    """
+    if checkpoint:
+        if not tf.io.gfile.exists(checkpoint + ".index"):
+            raise FileNotFoundError(
+                "%s is not a checkpoint (no %s.index): pass a prefix such as "
+                "%s/model.ckpt-1000." % (checkpoint, checkpoint, job_dir)
+            )
+        return checkpoint
+    latest = tf.train.latest_checkpoint(job_dir)
+    if latest is None:
+        raise FileNotFoundError("%s holds no checkpoint yet: train first, or pass --checkpoint." % job_dir)
+    return latest

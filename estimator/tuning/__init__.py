@@ -6,8 +6,8 @@
 * ``study``: runs a study on this machine: Optuna decides, each trial is a
   ``python -m estimator.cifar10_main`` process as the service ran it.
 * ``report``: the study's table, ``trials.csv`` and ``study.png``.
-* ``vertex``: the same files turned into Vertex AI ``CustomJobSpec`` and
-  ``HyperparameterTuningJob`` configs.
+* ``vertex_study``: the same study as a Vertex AI ``HyperparameterTuningJob``
+  around the custom job of ``estimator.vertex_job``.
 
 Entry points: ``python -m estimator.tune`` and ``python -m estimator.vertex``.
 """

@@ -46,6 +46,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from estimator import cluster as cluster_lib
+from estimator import processes
 from estimator.tuning import spec as spec_lib
 
 STUDY_DB = "study.db"
@@ -151,8 +153,8 @@ def log_tail(path: str, lines: int = 15) -> str:
 
 
 def trial_command(trainer_flags, job_dir: str, values: dict):
-    return ([sys.executable, "-m", "estimator.cifar10_main"] + list(trainer_flags) + ["--job-dir", job_dir]
-            + ["--%s=%s" % (name, value) for name, value in values.items()])
+    return processes.trainer_command(list(trainer_flags) + ["--job-dir", job_dir]
+                                     + ["--%s=%s" % (name, value) for name, value in values.items()])
 
 
 def trainer_defaults(trainer_flags, study_spec: spec_lib.StudySpec, parallel: int, train_steps: int) -> list:
@@ -238,8 +240,7 @@ class Coordinator(object):
         os.makedirs(trial_dir, exist_ok=True)
         env = dict(os.environ, CLOUD_ML_TRIAL_ID=trial_id,
                    CLOUD_ML_HP_METRIC_FILE=os.path.join(trial_dir, METRIC_FILE),
-                   TF_CONFIG=json.dumps({"task": {"type": "worker", "index": 0, "trial": trial_id},
-                                         "environment": "cloud"}))
+                   TF_CONFIG=cluster_lib.tf_config({}, "worker", 0, trial_id))
         command = trial_command(self.trainer_flags, self.job_dir, values)
         trial.set_user_attr("command", " ".join(command[1:]))
         log = open(os.path.join(trial_dir, LOG_FILE), "w")
@@ -258,7 +259,7 @@ class Coordinator(object):
                 run.reported_steps.add(step)
                 run.trial.report(value, step)
                 if self.spec.early_stopping and run.process.poll() is None and run.trial.should_prune():
-                    _stop(run.process)
+                    processes.stop_group(run.process)
                     return TrialState.PRUNED, value
         code = run.process.poll()
         if code is None:
@@ -308,7 +309,7 @@ class Coordinator(object):
                 failed = len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
                 if failed >= self.spec.max_failed_trials:
                     for run in list(self.running.values()):
-                        _stop(run.process)
+                        processes.stop_group(run.process)
                         self.finish(study, run, TrialState.FAIL, None)
                     raise StudyFailed("%d trial(s) failed, the study's limit (maxFailedTrials %d%s): stopping."
                                       % (failed, self.spec.max_failed_trials,
@@ -324,7 +325,7 @@ class Coordinator(object):
                 time.sleep(0.5)
         except KeyboardInterrupt:
             for run in list(self.running.values()):
-                _stop(run.process)
+                processes.stop_group(run.process)
             raise
         return study
 
@@ -337,20 +338,6 @@ def _die_with_parent() -> None:
 
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _stop(process) -> None:
-    """Ends a trial process and its children (it runs in a session of its own)."""
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    except ProcessLookupError:
-        pass
 
 
 def _short(value) -> str:

@@ -1,19 +1,19 @@
-"""Vertex AI job configs from AI Platform Training's YAML files.
+"""Vertex AI custom job configs from AI Platform Training's YAML files.
 
 ``custom_job_spec`` turns ``trainingInput``'s machines (master, workers,
 parameter servers, evaluators) into a ``CustomJobSpec``: worker pool 0 is the
 chief, 1 the workers, 2 the parameter servers, 3 the evaluators, the order in
-which Vertex AI writes ``TF_CONFIG``. ``hyperparameter_tuning_job`` adds the
-study of ``trainingInput.hyperparameters`` (``spec.study_spec``) as a
-``HyperparameterTuningJob``. Field names follow the ``aiplatform.v1`` discovery
-document; integers that the API carries as int64 are written as strings.
+which Vertex AI writes ``TF_CONFIG``. A tuning job wraps one
+(``estimator.tuning.vertex_study``). Field names follow the ``aiplatform.v1``
+discovery document; integers that the API carries as int64 are written as
+strings. Command line: ``python -m estimator.vertex custom-job``.
 """
 
 from __future__ import annotations
 
+from estimator.processes import TRAINER_MODULE as MODULE
 from estimator.tuning import spec as spec_lib
 
-MODULE = "estimator.cifar10_main"
 # Google's prebuilt TensorFlow 2.15 training containers (Python 3.10). Google's
 # supported-frameworks list gives 2024-11-14 as their end of patches and support
 # and 2025-11-14 as their end of availability: pass --image-uri with a container
@@ -133,38 +133,3 @@ def custom_job_spec(training_input: dict, package_uri: str, trainer_args, base_o
     if base_output_dir:
         job["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
     return job
-
-
-def _parameter_spec(p: spec_lib.Param) -> dict:
-    out = {"parameterId": p.name}
-    if p.type == "DOUBLE":
-        out["doubleValueSpec"] = {"minValue": float(p.min_value), "maxValue": float(p.max_value)}
-    elif p.type == "INTEGER":
-        out["integerValueSpec"] = {"minValue": str(p.min_value), "maxValue": str(p.max_value)}
-    elif p.type == "DISCRETE":
-        out["discreteValueSpec"] = {"values": [float(v) for v in p.values]}
-    else:
-        out["categoricalValueSpec"] = {"values": list(p.values)}
-    if p.type in ("DOUBLE", "INTEGER"):
-        out["scaleType"] = p.scale
-    return out
-
-
-def hyperparameter_tuning_job(training_input: dict, study_spec: spec_lib.StudySpec, package_uri: str, trainer_args,
-                              display_name: str, base_output_dir: str = None, image_uri: str = None) -> dict:
-    """A ``HyperparameterTuningJob`` for ``gcloud ai hp-tuning-jobs create --config``."""
-    study = {
-        "metrics": [{"metricId": study_spec.metric, "goal": study_spec.goal}],
-        "parameters": [_parameter_spec(p) for p in study_spec.params],
-        "algorithm": study_spec.algorithm,
-    }
-    if study_spec.early_stopping:
-        study["medianAutomatedStoppingSpec"] = {"useElapsedDuration": False}
-    return {
-        "displayName": display_name,
-        "studySpec": study,
-        "maxTrialCount": study_spec.max_trials,
-        "parallelTrialCount": study_spec.max_parallel_trials,
-        "maxFailedTrialCount": study_spec.max_failed_trials if study_spec.max_failed_trials_given else 0,
-        "trialJobSpec": custom_job_spec(training_input, package_uri, trainer_args, base_output_dir, image_uri),
-    }

@@ -28,10 +28,10 @@ import numpy as np
 import tensorflow as tf
 
 from estimator import cifar10_format as fmt
-from estimator import storage
+from estimator import pictures, storage
 from estimator.cifar10 import Cifar10DataSet
 from estimator.cifar10_model import ResNetCifar10
-from estimator.health import pictures
+from estimator.health import rules
 
 v1 = tf.compat.v1
 
@@ -39,8 +39,6 @@ Check = collections.namedtuple("Check", "name passed detail")
 
 OVERFIT_IMAGES, OVERFIT_STEPS, OVERFIT_TARGET = 16, 200, 0.05
 BASELINE_BATCH, BASELINE_STEPS, BASELINE_EVAL_IMAGES, BASELINE_MARGIN = 64, 100, 512, 0.1
-INIT_LOSS_TOLERANCE = 0.25
-SPLITS = ("train", "validation", "eval")
 
 
 def _model(hp, is_training: bool):
@@ -78,7 +76,7 @@ def label_distribution(data_dir: str, subset: str) -> Check:
 
 
 def loss_at_init(hp, data_dir: str, seed: int = 0) -> Check:
-    images, labels = _batches(data_dir, "validation", 128, 1)[0]
+    images, labels = _batches(data_dir, fmt.VALIDATION, 128, 1)[0]
     with tf.Graph().as_default():
         v1.set_random_seed(seed)
         with v1.variable_scope("resnet"):
@@ -87,9 +85,12 @@ def loss_at_init(hp, data_dir: str, seed: int = 0) -> Check:
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
             value = float(sess.run(loss))
-    expected = math.log(fmt.NUM_CLASSES)
-    return Check("loss at initialisation", abs(value - expected) <= INIT_LOSS_TOLERANCE,
-                 "%.4f (ln 10 = %.4f, tolerance %.2f)" % (value, expected, INIT_LOSS_TOLERANCE))
+    # The same rule (and --health-init-loss-tolerance) the trainer checks at its first step.
+    tolerance = hp.health_init_loss_tolerance
+    _, finding = rules.init_loss(value, fmt.NUM_CLASSES, tolerance)
+    return Check("loss at initialisation", finding is None,
+                 "%.4f (ln %d = %.4f, tolerance %.2f)" % (value, fmt.NUM_CLASSES, math.log(fmt.NUM_CLASSES),
+                                                         tolerance))
 
 
 def _train(hp, batches, eval_images=None, eval_labels=None, steps=100, zero_inputs=False, seed=0,
@@ -124,7 +125,7 @@ def _train(hp, batches, eval_images=None, eval_labels=None, steps=100, zero_inpu
 
 
 def overfit_one_batch(hp, data_dir: str) -> Check:
-    batch = _batches(data_dir, "train", OVERFIT_IMAGES, 1)
+    batch = _batches(data_dir, fmt.TRAIN, OVERFIT_IMAGES, 1)
     steps, loss, _ = _train(hp, batch, steps=OVERFIT_STEPS, stop_below=OVERFIT_TARGET)
     passed = loss < OVERFIT_TARGET
     detail = "loss %.4f after %d steps on %d images (target < %g)" % (loss, steps, OVERFIT_IMAGES, OVERFIT_TARGET)
@@ -134,8 +135,8 @@ def overfit_one_batch(hp, data_dir: str) -> Check:
 
 
 def zero_input_baseline(hp, data_dir: str) -> Check:
-    batches = _batches(data_dir, "train", BASELINE_BATCH, 10)
-    evaluation = _batches(data_dir, "validation", BASELINE_EVAL_IMAGES, 1)[0]
+    batches = _batches(data_dir, fmt.TRAIN, BASELINE_BATCH, 10)
+    evaluation = _batches(data_dir, fmt.VALIDATION, BASELINE_EVAL_IMAGES, 1)[0]
     _, _, real = _train(hp, batches, *evaluation, steps=BASELINE_STEPS)
     _, _, zero = _train(hp, batches, *evaluation, steps=BASELINE_STEPS, zero_inputs=True)
     passed = real < zero - BASELINE_MARGIN
@@ -170,7 +171,7 @@ def backprop_dependency(hp, index: int = 2, batch: int = 4, seed: int = 0) -> Ch
 
 
 def training_batch_picture(hp, data_dir: str, path: str, seed: int = 0) -> Check:
-    images, labels = _batches(data_dir, "train", 16, 1, distort=hp.use_distortion_for_training, seed=seed)[0]
+    images, labels = _batches(data_dir, fmt.TRAIN, 16, 1, distort=hp.use_distortion_for_training, seed=seed)[0]
     storage.write_bytes(path, pictures.batch_grid(np.clip(images, 0, 255).astype(np.uint8), labels))
     names = [fmt.CLASS_NAMES[int(c)] for c in labels]
     return Check("training batch picture", True, "%s (%s%s)" % (path, ", ".join(names[:6]), ", ..."))
@@ -184,7 +185,7 @@ def run_checks(hp, output_dir: str, log=print):
         checks.append(check)
         log("%-32s %-6s  %s" % (check.name, "PASS" if check.passed else "FAIL", check.detail))
 
-    for subset in SPLITS:
+    for subset in fmt.SUBSETS:
         add(label_distribution(hp.data_dir, subset))
     add(loss_at_init(hp, hp.data_dir))
     add(backprop_dependency(hp))

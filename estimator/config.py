@@ -1,0 +1,168 @@
+"""From a command line and the environment to the run's one ``HParams``, and back from hparams.json.
+
+The one place that reads the environment for a run:
+
+* ``TF_CONFIG`` and ``CLOUD_ML_TRIAL_ID``: where this process stands in the
+  job and its tuning trial (``estimator.cluster``);
+* ``AIP_CHECKPOINT_DIR`` / ``AIP_MODEL_DIR``: Vertex AI's job directory when
+  ``--job-dir`` is not given (already one per trial);
+* ``AIP_TENSORBOARD_LOG_DIR``: Vertex AI's TensorBoard directory, which gets
+  a copy of the summaries.
+
+``resolve`` also checks the data (every split against its manifest, before
+any graph is built) and gives each tuning trial its own job directory.
+Everything it resolved is recorded in ``JOB_DIR/hparams.json`` (``describe``);
+``load`` reads it back (``python -m estimator.export``).
+Used by every command that takes the trainer's flags: the trainer, the
+pre-flight checks and the tuning study's flag check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from estimator import cluster as cluster_lib
+from estimator import devices, storage
+from estimator import hparams as hparams_lib
+from estimator.cifar10 import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
+
+HPARAMS_FILE = "hparams.json"
+JOB_DIR_VARIABLES = ("AIP_CHECKPOINT_DIR", "AIP_MODEL_DIR")
+TENSORBOARD_VARIABLE = "AIP_TENSORBOARD_LOG_DIR"
+
+
+def job_dir_of(flag, environ) -> str:
+    """--job-dir, else Vertex AI's AIP_CHECKPOINT_DIR or AIP_MODEL_DIR (checkpoints live beside the model)."""
+    if flag:
+        return flag
+    for var in JOB_DIR_VARIABLES:
+        if environ.get(var):
+            return environ[var].rstrip("/")
+    raise ValueError("--job-dir is required (or AIP_MODEL_DIR / AIP_CHECKPOINT_DIR on Vertex AI).")
+
+
+def train_steps_of(args: argparse.Namespace, num_workers: int, num_train_examples: int) -> int:
+    """--train-steps, or --train-epochs in global steps, or the default 80,000."""
+    from estimator import schedules
+
+    if args.train_epochs is not None:
+        batch = schedules.examples_per_step(args.train_batch_size, num_workers, args.sync)
+        return schedules.epochs_to_steps(args.train_epochs, max(1, num_train_examples), batch)
+    return hparams_lib.HParams.train_steps if args.train_steps is None else args.train_steps
+
+
+def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparams_lib.HParams:
+    """Validates parsed trainer flags against the environment and the data; returns the frozen HParams.
+
+    Args:
+      args: from ``hparams.build_parser()`` (or a parser that extends it); never mutated.
+      environ: the environment (default ``os.environ``).
+      gpus_visible: GPUs TensorFlow sees (default: asks TensorFlow).
+
+    Raises:
+      ValueError, MissingDataError: naming the bad value and the fix.
+    """
+    environ = os.environ if environ is None else environ
+    cluster = cluster_lib.from_environment(environ)
+    num_train = 0
+    if cluster.task_type != "ps":  # a parameter server reads no data
+        # Before the first step: a bad evaluation file would otherwise fail after training.
+        num_train = verify_splits(args.data_dir)
+    if gpus_visible is None:
+        gpus_visible = devices.visible_gpus()
+    hparams_lib.validate(args, cluster, gpus_visible)
+    job_dir = job_dir_of(args.job_dir, environ)
+    if cluster.trial and args.job_dir:
+        # Parallel tuning trials must never share a checkpoint directory. Vertex AI's
+        # AIP_CHECKPOINT_DIR / AIP_MODEL_DIR are per trial already (BASE/<trial>/...).
+        job_dir = storage.join(job_dir, cluster.trial)
+    tensorboard_dir = environ.get(TENSORBOARD_VARIABLE) or None
+    if tensorboard_dir and tensorboard_dir.rstrip("/") == job_dir.rstrip("/"):
+        tensorboard_dir = None  # the Estimator writes there already
+    fields = {f for f in hparams_lib.HParams.__dataclass_fields__}
+    values = {k: v for k, v in vars(args).items() if k in fields}
+    values.update(
+        job_dir=job_dir,
+        train_steps=train_steps_of(args, cluster.num_workers, num_train),
+        lr_decay_steps=None if args.lr_decay_steps is None else tuple(args.lr_decay_steps),
+        data_format=args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last"),
+        cluster=cluster,
+        num_workers=cluster.num_workers,
+        num_train_examples=num_train,
+        tensorboard_dir=tensorboard_dir,
+    )
+    hp = hparams_lib.HParams(**values)
+    hparams_lib.check_schedule(hp)
+    return hp
+
+
+def parse(argv=None, parser=None, environ=None):
+    """``resolve`` for a command line: returns ``(hparams, parsed args)``; on bad input prints the
+    message and exits with status 2 (argparse's convention), having written nothing."""
+    parser = parser or hparams_lib.build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return resolve(args, environ), args
+    except (ValueError, MissingDataError) as e:
+        parser.error(str(e))
+
+
+def describe(hp: hparams_lib.HParams) -> dict:
+    """What hparams.json records: the hyperparameters and the settings derived from them."""
+    import tensorflow as tf
+
+    import estimator
+
+    schedule = hp.schedule
+    return {
+        "hparams": hp.to_dict(),
+        "derived": {
+            "towers": hp.towers,
+            "per_tower_batch_size": hp.train_batch_size // len(hp.towers),
+            "global_batch_size": hp.global_batch_size,
+            "learning_rate_schedule": schedule.name,
+            "peak_learning_rate": schedule.peak,
+            "warmup_steps": schedule.warmup,
+            "learning_rate_boundaries": list(schedule.boundaries),
+            "learning_rate_values": schedule.values,
+            "validation_flip_tta": hp.validation_flip_tta,
+            "test_flip_tta": hp.eval_flip_tta,
+        },
+        "cluster": {
+            "task_type": hp.cluster.task_type,
+            "task_index": hp.cluster.task_index,
+            "num_workers": hp.num_workers,
+            "trial": hp.cluster.trial,
+        },
+        "package_version": estimator.__version__,
+        "tensorflow_version": tf.__version__,
+    }
+
+
+def write_json(path: str, value) -> None:
+    """Writes a small JSON record (hparams.json, results.json) locally or to gs://."""
+    storage.write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def save(hp: hparams_lib.HParams) -> str:
+    """Writes JOB_DIR/hparams.json; returns its path."""
+    path = storage.join(hp.job_dir, HPARAMS_FILE)
+    write_json(path, describe(hp))
+    return path
+
+
+def load(job_dir: str) -> hparams_lib.HParams:
+    """The HParams a job recorded in its hparams.json.
+
+    Raises:
+      FileNotFoundError: the job dir has no hparams.json.
+    """
+    path = storage.join(job_dir, HPARAMS_FILE)
+    if not storage.exists(path):
+        raise FileNotFoundError(
+            "%s not found: --job-dir must be a directory that python -m estimator.cifar10_main trained into." % path
+        )
+    return hparams_lib.HParams.from_dict(json.loads(storage.read_text(path))["hparams"])
+

@@ -1,0 +1,51 @@
+"""What the commands that start trainers share: the trainer's module, ``--`` in a
+command line, and ending a process group.
+
+``python -m estimator.tune``, ``estimator.local_cluster`` and
+``estimator.vertex`` take their own flags, then ``--``, then the trainer's;
+each trainer they start runs in a session of its own (so a signal to the
+group reaches its children too).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+TRAINER_MODULE = "estimator.cifar10_main"
+
+
+def trainer_command(flags) -> list:
+    """``python -m estimator.cifar10_main FLAGS`` with this interpreter."""
+    return [sys.executable, "-m", TRAINER_MODULE] + list(flags)
+
+
+def split_argv(argv):
+    """``(own flags, trainer flags)``: what stands before and after the first ``--``."""
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+def stop_group(process: subprocess.Popen, grace: float = 10, sig=signal.SIGTERM) -> None:
+    """Ends ``process`` and its children: ``sig`` to its process group, SIGKILL after ``grace`` s.
+
+    Nothing happens if it has already exited.
+    """
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, sig)
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,80 @@
+"""TensorBoard: the one place that writes and reads the run's event files outside the Estimator.
+
+* ``summary_writer``: the process's v1 ``FileWriter`` for a directory (shared
+  with the Estimator's), also from eager code;
+* ``write_scalars`` / ``write_image``: an evaluation's metrics, health values,
+  pictures (``estimator.pictures``);
+* ``read_scalars``: series read back from event files;
+* ``write_curves``: ``JOB_DIR/curves.png`` from the run's own event files.
+"""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+from estimator import pictures, storage
+
+v1 = tf.compat.v1
+
+
+def image_summary(tag: str, png: bytes):
+    """A v1 ``Summary`` holding one PNG image."""
+    width, height = _png_size(png)
+    image = v1.Summary.Image(encoded_image_string=png, height=height, width=width, colorspace=3)
+    return v1.Summary(value=[v1.Summary.Value(tag=tag, image=image)])
+
+
+def _png_size(png: bytes):
+    # The IHDR chunk: width and height as big-endian 32-bit integers at bytes 16-24.
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def summary_writer(log_dir: str):
+    """The process's v1 ``FileWriter`` for ``log_dir`` (shared with the Estimator's); also
+    from eager code, e.g. after ``Estimator.evaluate`` (a v1 writer cannot be created eagerly)."""
+    if tf.executing_eagerly():
+        with tf.Graph().as_default():
+            return v1.summary.FileWriterCache.get(log_dir)
+    return v1.summary.FileWriterCache.get(log_dir)
+
+
+def write_image(log_dir: str, tag: str, png: bytes, step: int) -> None:
+    writer = summary_writer(log_dir)
+    writer.add_summary(image_summary(tag, png), step)
+    writer.flush()
+
+
+def read_scalars(log_dir: str, tags) -> dict:
+    """{tag: [(step, value)]} from the event files directly in ``log_dir`` (not its subfolders)."""
+    found = {t: {} for t in tags}
+    pattern = os.path.join(log_dir, "events.out.tfevents.*")
+    for path in sorted(tf.io.gfile.glob(pattern)):
+        try:
+            for event in v1.train.summary_iterator(path):
+                for value in event.summary.value:
+                    if value.tag in found and value.HasField("simple_value"):
+                        found[value.tag][event.step] = value.simple_value
+        except tf.errors.DataLossError:
+            pass  # a file being written: what was read so far is kept
+    return {t: sorted(v.items()) for t, v in found.items()}
+
+
+def write_scalars(log_dir: str, values: dict, step: int) -> None:
+    """Writes scalar summaries (an evaluation's metrics; ``global_step`` is left out) to ``log_dir``."""
+    writer = summary_writer(log_dir)
+    summary = v1.Summary(
+        value=[v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in sorted(values.items()) if k != "global_step"]
+    )
+    writer.add_summary(summary, step)
+    writer.flush()
+
+
+def write_curves(job_dir: str, validation_dir: str = "eval_validation") -> str:
+    """Plots loss, accuracy and learning rate of a run into ``JOB_DIR/curves.png``; returns its path."""
+    train = read_scalars(job_dir, ["train/cross_entropy", "train/accuracy", "train/learning_rate", "loss"])
+    validation = read_scalars(storage.join(job_dir, validation_dir), ["cross_entropy", "accuracy"])
+    path = storage.join(job_dir, "curves.png")
+    storage.write_bytes(path, pictures.curves_png(train, validation, os.path.basename(job_dir.rstrip("/"))))
+    return path

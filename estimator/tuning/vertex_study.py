@@ -1,0 +1,47 @@
+"""Vertex AI ``HyperparameterTuningJob`` configs from ``trainingInput.hyperparameters``.
+
+``hyperparameter_tuning_job`` turns the study of AI Platform Training's YAML
+(``spec.study_spec``) into a ``studySpec`` around the custom job that each
+trial runs (``estimator.vertex_job``). Field names follow the ``aiplatform.v1``
+discovery document. Command line: ``python -m estimator.vertex hp-tuning-job``.
+"""
+
+from __future__ import annotations
+
+from estimator.tuning import spec as spec_lib
+from estimator.vertex_job import custom_job_spec
+
+
+def _parameter_spec(p: spec_lib.Param) -> dict:
+    out = {"parameterId": p.name}
+    if p.type == "DOUBLE":
+        out["doubleValueSpec"] = {"minValue": float(p.min_value), "maxValue": float(p.max_value)}
+    elif p.type == "INTEGER":
+        out["integerValueSpec"] = {"minValue": str(p.min_value), "maxValue": str(p.max_value)}
+    elif p.type == "DISCRETE":
+        out["discreteValueSpec"] = {"values": [float(v) for v in p.values]}
+    else:
+        out["categoricalValueSpec"] = {"values": list(p.values)}
+    if p.type in ("DOUBLE", "INTEGER"):
+        out["scaleType"] = p.scale
+    return out
+
+
+def hyperparameter_tuning_job(training_input: dict, study_spec: spec_lib.StudySpec, package_uri: str, trainer_args,
+                              display_name: str, base_output_dir: str = None, image_uri: str = None) -> dict:
+    """A ``HyperparameterTuningJob`` for ``gcloud ai hp-tuning-jobs create --config``."""
+    study = {
+        "metrics": [{"metricId": study_spec.metric, "goal": study_spec.goal}],
+        "parameters": [_parameter_spec(p) for p in study_spec.params],
+        "algorithm": study_spec.algorithm,
+    }
+    if study_spec.early_stopping:
+        study["medianAutomatedStoppingSpec"] = {"useElapsedDuration": False}
+    return {
+        "displayName": display_name,
+        "studySpec": study,
+        "maxTrialCount": study_spec.max_trials,
+        "parallelTrialCount": study_spec.max_parallel_trials,
+        "maxFailedTrialCount": study_spec.max_failed_trials if study_spec.max_failed_trials_given else 0,
+        "trialJobSpec": custom_job_spec(training_input, package_uri, trainer_args, base_output_dir, image_uri),
+    }
