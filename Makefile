@@ -35,6 +35,7 @@ run: venv
 
 lint: venv
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 test: lint
 	$(PY) -m pytest

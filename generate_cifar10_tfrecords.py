@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Writes CIFAR-10 train/validation/eval TFRecords: see ``estimator.convert``.
 
-    python generate_cifar10_tfrecords.py --data-dir=/tmp/cifar-10-data
-    python generate_cifar10_tfrecords.py --data-dir=gs://BUCKET/cifar-10-data
+python generate_cifar10_tfrecords.py --data-dir=/tmp/cifar-10-data
+python generate_cifar10_tfrecords.py --data-dir=gs://BUCKET/cifar-10-data
 """
 
 import os

@@ -17,8 +17,7 @@ with open(os.path.join(HERE, "estimator", "__init__.py")) as f:
 setup(
     name="cifar10-resnet-estimator",
     version=VERSION,
-    description="CIFAR-10 ResNets with TensorFlow Estimator, locally and on "
-    "Google Cloud ML Engine / Vertex AI.",
+    description="CIFAR-10 ResNets with TensorFlow Estimator, locally and on Google Cloud ML Engine / Vertex AI.",
     packages=find_packages(include=["estimator", "estimator.*"]),
     py_modules=["generate_cifar10_tfrecords"],
     python_requires=">=3.7",

@@ -36,24 +36,45 @@ def cpu() -> dict:
 def machine() -> dict:
     import tensorflow as tf
 
-    return {"cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
-            "tensorflow": tf.__version__, "cpu": cpu(),
-            "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "(TensorFlow's default)")}
+    return {
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "cpu": cpu(),
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "(TensorFlow's default)"),
+    }
 
 
 def print_machine() -> None:
     info = cpu()
-    print("CPU: %s, %d cores; flags: %s; TF_ENABLE_ONEDNN_OPTS=%s"
-          % (info["model"], os.cpu_count(), " ".join(info["flags"]) or "(none of %s)" % ", ".join(BF16_FLAGS),
-             os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset")))
+    print(
+        "CPU: %s, %d cores; flags: %s; TF_ENABLE_ONEDNN_OPTS=%s"
+        % (
+            info["model"],
+            os.cpu_count(),
+            " ".join(info["flags"]) or "(none of %s)" % ", ".join(BF16_FLAGS),
+            os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset"),
+        )
+    )
 
 
 def write_result(path: str, result: dict) -> None:
     """Writes a benchmark's result, stamped with the date, command and machine, as JSON."""
-    result = dict(result, date=time.strftime("%Y-%m-%d"), machine=machine(),
-                  command="python -m " + " ".join([sys.modules["__main__"].__spec__.name
-                                                   if getattr(sys.modules["__main__"], "__spec__", None)
-                                                   else sys.argv[0]] + sys.argv[1:]))
+    result = dict(
+        result,
+        date=time.strftime("%Y-%m-%d"),
+        machine=machine(),
+        command="python -m "
+        + " ".join(
+            [
+                sys.modules["__main__"].__spec__.name
+                if getattr(sys.modules["__main__"], "__spec__", None)
+                else sys.argv[0]
+            ]
+            + sys.argv[1:]
+        ),
+    )
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=2, sort_keys=True)

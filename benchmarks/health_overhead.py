@@ -30,9 +30,29 @@ SETTINGS = {
 
 
 def run(data_dir, job_dir, steps, layers, extra):
-    command = processes.trainer_command(["--data-dir", data_dir, "--job-dir", job_dir,
-               "--num-gpus", "0", "--num-layers", str(layers), "--train-steps", str(steps), "--seed", "1",
-               "--eval-policy", "final", "--export", "false", "--save-checkpoints-secs", "100000"] + extra)
+    command = processes.trainer_command(
+        [
+            "--data-dir",
+            data_dir,
+            "--job-dir",
+            job_dir,
+            "--num-gpus",
+            "0",
+            "--num-layers",
+            str(layers),
+            "--train-steps",
+            str(steps),
+            "--seed",
+            "1",
+            "--eval-policy",
+            "final",
+            "--export",
+            "false",
+            "--save-checkpoints-secs",
+            "100000",
+        ]
+        + extra
+    )
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit("failed (exit %d):\n%s" % (proc.returncode, proc.stderr[-3000:]))
@@ -55,23 +75,48 @@ def main(argv=None):
             order = ["off", "default"] if pair % 2 == 0 else ["default", "off"]
             speeds = {}
             for name in order:
-                speeds[name] = run(os.path.abspath(args.data_dir), os.path.join(tmp, "%s-%d" % (name, pair)),
-                                   args.steps, args.num_layers, SETTINGS[name])
+                speeds[name] = run(
+                    os.path.abspath(args.data_dir),
+                    os.path.join(tmp, "%s-%d" % (name, pair)),
+                    args.steps,
+                    args.num_layers,
+                    SETTINGS[name],
+                )
             ratio = speeds["default"] / speeds["off"]
-            rows.append({"pair": pair, "off_images_per_sec": speeds["off"],
-                         "default_images_per_sec": speeds["default"], "ratio": round(ratio, 4)})
-            print("pair %d: off %.1f img/s, default %.1f img/s, ratio %.3f" % (
-                pair, speeds["off"], speeds["default"], ratio), flush=True)
+            rows.append(
+                {
+                    "pair": pair,
+                    "off_images_per_sec": speeds["off"],
+                    "default_images_per_sec": speeds["default"],
+                    "ratio": round(ratio, 4),
+                }
+            )
+            print(
+                "pair %d: off %.1f img/s, default %.1f img/s, ratio %.3f"
+                % (pair, speeds["off"], speeds["default"], ratio),
+                flush=True,
+            )
     median = statistics.median(r["ratio"] for r in rows)
     print()
     print("%-6s %12s %16s %8s" % ("pair", "off img/s", "default img/s", "ratio"))
     for r in rows:
-        print("%-6d %12.1f %16.1f %8.3f" % (r["pair"], r["off_images_per_sec"], r["default_images_per_sec"],
-                                           r["ratio"]))
-    print("median ratio %.3f: the default health checks cost %.1f%% of training images/s" % (
-        median, 100 * (1 - median)))
-    write_result(args.out, {"num_layers": args.num_layers, "train_steps": args.steps, "settings": SETTINGS,
-                            "pairs": rows, "median_ratio": median, "overhead_percent": round(100 * (1 - median), 2)})
+        print(
+            "%-6d %12.1f %16.1f %8.3f" % (r["pair"], r["off_images_per_sec"], r["default_images_per_sec"], r["ratio"])
+        )
+    print(
+        "median ratio %.3f: the default health checks cost %.1f%% of training images/s" % (median, 100 * (1 - median))
+    )
+    write_result(
+        args.out,
+        {
+            "num_layers": args.num_layers,
+            "train_steps": args.steps,
+            "settings": SETTINGS,
+            "pairs": rows,
+            "median_ratio": median,
+            "overhead_percent": round(100 * (1 - median), 2),
+        },
+    )
 
 
 if __name__ == "__main__":

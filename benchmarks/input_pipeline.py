@@ -29,12 +29,18 @@ from estimator.convert import convert  # noqa: E402
 
 def bare_pipeline(path, batch_size):
     """Read + decode only: the floor any pipeline over this file pays."""
+
     def parse(serialized):
         images, labels = decode(serialized)
         return tf.cast(images, tf.float32), labels
 
-    return (tf.data.TFRecordDataset([path]).repeat().batch(batch_size, drop_remainder=True)
-            .map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE))
+    return (
+        tf.data.TFRecordDataset([path])
+        .repeat()
+        .batch(batch_size, drop_remainder=True)
+        .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
 
 
 def images_per_second(dataset, batch_size, batches, warmup=20):
@@ -60,16 +66,16 @@ def main(argv=None):
 
     with tempfile.TemporaryDirectory() as data_dir:
         start = time.perf_counter()
-        manifest = convert(data_dir, source=args.source, sha256=args.sha256, md5=args.md5,
-                           progress=False, log=lambda *_: None)
+        manifest = convert(
+            data_dir, source=args.source, sha256=args.sha256, md5=args.md5, progress=False, log=lambda *_: None
+        )
         convert_seconds = time.perf_counter() - start
         total = sum(f["examples"] for f in manifest["files"].values())
 
         train_file = os.path.join(data_dir, fmt.record_filename("train"))
         pipelines = {
             "bare read+decode": bare_pipeline(train_file, args.batch_size),
-            "training (shuffle+distort)": Cifar10DataSet(data_dir, "train", seed=0).dataset(
-                args.batch_size),
+            "training (shuffle+distort)": Cifar10DataSet(data_dir, "train", seed=0).dataset(args.batch_size),
         }
         rates = {name: [] for name in pipelines}
         for _ in range(args.rounds):
@@ -78,9 +84,10 @@ def main(argv=None):
 
     median = {name: sorted(r)[len(r) // 2] for name, r in rates.items()}
     ratio = median["training (shuffle+distort)"] / median["bare read+decode"]
-    print("Machine: %s, %d cores, Python %s, TensorFlow %s" % (
-        platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(),
-        tf.__version__))
+    print(
+        "Machine: %s, %d cores, Python %s, TensorFlow %s"
+        % (platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(), tf.__version__)
+    )
     print("Convert %s: %d images in %.1f s" % (os.path.basename(args.source), total, convert_seconds))
     print("%-28s %12s  %s" % ("pipeline (batch %d)" % args.batch_size, "images/s", "rounds"))
     for name, r in rates.items():

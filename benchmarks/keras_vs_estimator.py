@@ -36,12 +36,20 @@ def keras_resnet(num_layers, weight_decay, decay, epsilon):
     def conv(x, filters, stride):
         if stride > 1:
             x = layers.ZeroPadding2D(((0, 1), (0, 1)))(x)  # the model's fixed padding for 3x3
-        return layers.Conv2D(filters, 3, stride, "same" if stride == 1 else "valid", use_bias=False,
-                             kernel_initializer="he_normal", kernel_regularizer=reg)(x)
+        return layers.Conv2D(
+            filters,
+            3,
+            stride,
+            "same" if stride == 1 else "valid",
+            use_bias=False,
+            kernel_initializer="he_normal",
+            kernel_regularizer=reg,
+        )(x)
 
     def bn(x):
-        return layers.BatchNormalization(momentum=decay, epsilon=epsilon, gamma_regularizer=reg,
-                                         beta_regularizer=reg)(x)
+        return layers.BatchNormalization(momentum=decay, epsilon=epsilon, gamma_regularizer=reg, beta_regularizer=reg)(
+            x
+        )
 
     inputs = tf.keras.Input([32, 32, 3])
     x = layers.Rescaling(1 / 128.0, offset=-1.0)(inputs)
@@ -59,8 +67,12 @@ def keras_resnet(num_layers, weight_decay, decay, epsilon):
                 shortcut = layers.Lambda(lambda t, p=pad: tf.pad(t, [[0, 0], [0, 0], [0, 0], [p, p]]))(shortcut)
             x = layers.ReLU()(layers.Add()([y, shortcut]))
     x = layers.GlobalAveragePooling2D()(x)
-    outputs = layers.Dense(10, kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
-                           kernel_regularizer=reg, bias_regularizer=reg)(x)
+    outputs = layers.Dense(
+        10,
+        kernel_initializer=tf.keras.initializers.RandomNormal(stddev=0.01),
+        kernel_regularizer=reg,
+        bias_regularizer=reg,
+    )(x)
     outputs = layers.Activation("linear", dtype="float32")(outputs)  # float32 logits under mixed policies
     return tf.keras.Model(inputs, outputs)
 
@@ -90,8 +102,11 @@ def keras_rate(args, policy="float32"):
         model = keras_resnet(args.num_layers, 2e-4, args.batch_norm_decay, 1e-5)
     finally:
         tf.keras.mixed_precision.set_global_policy("float32")
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.1, momentum=0.9),
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    model.compile(
+        optimizer=tf.keras.optimizers.SGD(0.1, momentum=0.9),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
     data = Cifar10DataSet(args.data_dir, "train", seed=0).dataset(args.batch_size)
     speed = _KerasSpeed(args.batch_size, args.warmup)
     model.fit(data, epochs=1, steps_per_epoch=args.warmup + args.steps, callbacks=[speed], verbose=0)
@@ -101,15 +116,28 @@ def keras_rate(args, policy="float32"):
 def estimator_rate(args, precision="fp32"):
     """Steady-state images/s of our ``model_fn`` under ``Estimator.train``."""
     data = Cifar10DataSet(args.data_dir, "train", seed=0)
-    hp = HParams(data_dir=args.data_dir, job_dir="", num_gpus=0, num_layers=args.num_layers,
-                 train_batch_size=args.batch_size, batch_norm_decay=args.batch_norm_decay, precision=precision,
-                 data_format="channels_last", seed=0, log_every_n_steps=10 ** 6,
-                 num_train_examples=data.num_examples_per_epoch())
+    hp = HParams(
+        data_dir=args.data_dir,
+        job_dir="",
+        num_gpus=0,
+        num_layers=args.num_layers,
+        train_batch_size=args.batch_size,
+        batch_norm_decay=args.batch_norm_decay,
+        precision=precision,
+        data_format="channels_last",
+        seed=0,
+        log_every_n_steps=10**6,
+        num_train_examples=data.num_examples_per_epoch(),
+    )
     speed = hooks.ExamplesPerSecondHook(args.batch_size, warmup_steps=args.warmup)
     with tempfile.TemporaryDirectory() as job_dir:
-        config = tf.estimator.RunConfig(model_dir=job_dir, save_checkpoints_secs=None,
-                                        save_checkpoints_steps=10 ** 9, save_summary_steps=10 ** 9,
-                                        log_step_count_steps=10 ** 9)
+        config = tf.estimator.RunConfig(
+            model_dir=job_dir,
+            save_checkpoints_secs=None,
+            save_checkpoints_steps=10**9,
+            save_summary_steps=10**9,
+            log_step_count_steps=10**9,
+        )
         est = tf.estimator.Estimator(model_fn, config=config, params=hp.replace(job_dir=job_dir))
         est.train(lambda: data.make_batch(args.batch_size), steps=args.warmup + args.steps, hooks=[speed])
     return speed.steady_state_examples_per_sec
@@ -134,16 +162,22 @@ def main(argv=None):
         rates["keras model.fit"].append(keras_rate(args))
     best = {k: max(v) for k, v in rates.items()}
     ratio = best["estimator model_fn"] / best["keras model.fit"]
-    print("ResNet-%d, batch %d, channels_last, %d timed steps after %d warm-up, %d rounds (best shown)"
-          % (args.num_layers, args.batch_size, args.steps, args.warmup, args.rounds))
+    print(
+        "ResNet-%d, batch %d, channels_last, %d timed steps after %d warm-up, %d rounds (best shown)"
+        % (args.num_layers, args.batch_size, args.steps, args.warmup, args.rounds)
+    )
     print("%-22s %10s  %s" % ("trainer", "images/s", "rounds"))
     for name, r in rates.items():
         print("%-22s %10.1f  %s" % (name, best[name], " ".join("%.1f" % x for x in r)))
     print("estimator / keras: %.2f" % ratio)
-    result = {"num_layers": args.num_layers, "batch_size": args.batch_size, "steps": args.steps,
-              "images_per_sec": {k: round(v, 1) for k, v in best.items()},
-              "rounds": {k: [round(x, 1) for x in v] for k, v in rates.items()},
-              "estimator_over_keras": round(ratio, 3)}
+    result = {
+        "num_layers": args.num_layers,
+        "batch_size": args.batch_size,
+        "steps": args.steps,
+        "images_per_sec": {k: round(v, 1) for k, v in best.items()},
+        "rounds": {k: [round(x, 1) for x in v] for k, v in rates.items()},
+        "estimator_over_keras": round(ratio, 3),
+    }
     write_result(args.out, result)
     return 0
 

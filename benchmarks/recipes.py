@@ -26,8 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
     """Runs one recipe to the end; returns its results.json plus the wall time."""
-    command = processes.trainer_command(["@" + recipe, "--data-dir", data_dir,
-               "--job-dir", job_dir] + list(extra))
+    command = processes.trainer_command(["@" + recipe, "--data-dir", data_dir, "--job-dir", job_dir] + list(extra))
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -37,8 +36,14 @@ def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
         results = json.load(f)
     with open(os.path.join(job_dir, "hparams.json")) as f:
         hparams = json.load(f)["hparams"]
-    return {"recipe": os.path.relpath(recipe, REPO), "extra_flags": list(extra), "wall_seconds": round(wall, 1),
-            "precision": hparams["precision"], "num_layers": hparams["num_layers"], **results}
+    return {
+        "recipe": os.path.relpath(recipe, REPO),
+        "extra_flags": list(extra),
+        "wall_seconds": round(wall, 1),
+        "precision": hparams["precision"],
+        "num_layers": hparams["num_layers"],
+        **results,
+    }
 
 
 def main(argv=None):
@@ -56,12 +61,22 @@ def main(argv=None):
             job = os.path.join(args.job_root or tmp, os.path.splitext(os.path.basename(recipe))[0])
             row = run_recipe(os.path.abspath(recipe), os.path.abspath(args.data_dir), job, extra)
             rows.append(row)
-            print("%-28s %-5s ResNet-%-3d steps %6d  wall %7.1f s  train %7.1f s  test acc %.4f  "
-                  "flip-TTA %s  validation %.4f" % (
-                      row["recipe"], row["precision"], row["num_layers"], row["global_step"],
-                      row["wall_seconds"], row["train_seconds"], row["accuracy"],
-                      "%.4f" % row["accuracy_flip_tta"] if "accuracy_flip_tta" in row else "-",
-                      row["validation_accuracy"]), flush=True)
+            print(
+                "%-28s %-5s ResNet-%-3d steps %6d  wall %7.1f s  train %7.1f s  test acc %.4f  "
+                "flip-TTA %s  validation %.4f"
+                % (
+                    row["recipe"],
+                    row["precision"],
+                    row["num_layers"],
+                    row["global_step"],
+                    row["wall_seconds"],
+                    row["train_seconds"],
+                    row["accuracy"],
+                    "%.4f" % row["accuracy_flip_tta"] if "accuracy_flip_tta" in row else "-",
+                    row["validation_accuracy"],
+                ),
+                flush=True,
+            )
     write_result(args.out, {"data_dir": args.data_dir, "runs": rows})
     return 0
 

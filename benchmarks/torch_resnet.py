@@ -37,8 +37,9 @@ class ResNetCifar10(nn.Module):
         super().__init__()
         n = (num_layers - 2) // 6
         momentum = 1.0 - batch_norm_decay  # PyTorch's momentum is the weight of the new value
-        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16, eps=eps, momentum=momentum),
-                                  nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16, eps=eps, momentum=momentum), nn.ReLU()
+        )
         units, filters = [], [16, 16, 32, 64]
         for stage in range(3):
             for unit in range(n):

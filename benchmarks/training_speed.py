@@ -42,7 +42,7 @@ def matmul_gflops(dtype, n=2048, repeats=10) -> float:
     for _ in range(repeats):
         out = f()
     out.numpy()
-    return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e9
+    return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e9
 
 
 def forward_flops(num_layers: int) -> int:
@@ -76,28 +76,43 @@ def trainers(with_torch: bool):
 
         def torch_rate(a, bf16):
             data = Cifar10DataSet(a.data_dir, "train", seed=0).dataset(a.batch_size)
-            return torch_resnet.rate(data, a.num_layers, a.batch_size, a.steps, a.warmup, bf16=bf16,
-                                     batch_norm_decay=a.batch_norm_decay)
+            return torch_resnet.rate(
+                data, a.num_layers, a.batch_size, a.steps, a.warmup, bf16=bf16, batch_norm_decay=a.batch_norm_decay
+            )
 
         out["pytorch fp32"] = ("fp32", lambda a: torch_rate(a, False))
         out["pytorch bf16 autocast"] = ("bf16", lambda a: torch_rate(a, True))
     return out
 
 
-RATIOS = [("ours bf16", "keras mixed_bfloat16", 1.2), ("ours bf16", "pytorch bf16 autocast", 1.4),
-          ("ours bf16", "ours fp32", 2.0), ("ours fp32", "keras fp32", 1.05), ("ours fp32", "pytorch fp32", None)]
+RATIOS = [
+    ("ours bf16", "keras mixed_bfloat16", 1.2),
+    ("ours bf16", "pytorch bf16 autocast", 1.4),
+    ("ours bf16", "ours fp32", 2.0),
+    ("ours fp32", "keras fp32", 1.05),
+    ("ours fp32", "pytorch fp32", None),
+]
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--depths", type=int, nargs="+", default=[20, 56])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[128],
-                        help="Every trainer at the first; ours fp32 also at the others (the best batch).")
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=[128],
+        help="Every trainer at the first; ours fp32 also at the others (the best batch).",
+    )
     parser.add_argument("--batch-norm-decay", type=float, default=0.997)
     parser.add_argument("--steps", type=int, default=40, help="Timed fp32 steps per round.")
-    parser.add_argument("--bf16-steps", type=int, default=None,
-                        help="Timed bf16 steps per round (default --steps; fewer where bf16 is emulated).")
+    parser.add_argument(
+        "--bf16-steps",
+        type=int,
+        default=None,
+        help="Timed bf16 steps per round (default --steps; fewer where bf16 is emulated).",
+    )
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-torch", action="store_true", help="Leave PyTorch out even if installed.")
@@ -120,45 +135,85 @@ def main(argv=None):
         for r in range(args.rounds):
             for name, (precision, fn) in table.items():
                 steps = args.steps if precision == "fp32" else (args.bf16_steps or args.steps)
-                rate = fn(argparse.Namespace(data_dir=args.data_dir, num_layers=depth, batch_size=batch, steps=steps,
-                                             warmup=args.warmup, batch_norm_decay=args.batch_norm_decay))
+                rate = fn(
+                    argparse.Namespace(
+                        data_dir=args.data_dir,
+                        num_layers=depth,
+                        batch_size=batch,
+                        steps=steps,
+                        warmup=args.warmup,
+                        batch_norm_decay=args.batch_norm_decay,
+                    )
+                )
                 rounds[name].append(rate)
                 print("  round %d ResNet-%d %-22s %8.1f images/s" % (r + 1, depth, name, rate), flush=True)
             for b in extra:
-                extra[b].append(kv.estimator_rate(argparse.Namespace(
-                    data_dir=args.data_dir, num_layers=depth, batch_size=b, steps=max(4, args.steps * batch // b),
-                    warmup=args.warmup, batch_norm_decay=args.batch_norm_decay), "fp32"))
+                extra[b].append(
+                    kv.estimator_rate(
+                        argparse.Namespace(
+                            data_dir=args.data_dir,
+                            num_layers=depth,
+                            batch_size=b,
+                            steps=max(4, args.steps * batch // b),
+                            warmup=args.warmup,
+                            batch_norm_decay=args.batch_norm_decay,
+                        ),
+                        "fp32",
+                    )
+                )
         best = {name: max(v) for name, v in rounds.items()}
-        print("\nResNet-%d, batch %d, %.1f MFLOP per training image, best of %d rounds"
-              % (depth, batch, flops / 1e6, args.rounds))
+        print(
+            "\nResNet-%d, batch %d, %.1f MFLOP per training image, best of %d rounds"
+            % (depth, batch, flops / 1e6, args.rounds)
+        )
         print("%-24s %10s %12s  %s" % ("trainer", "images/s", "of matmul", "rounds"))
         rows = {}
         for name, rate in best.items():
             precision = table[name][0]
             fraction = rate * flops / 1e9 / peak[precision]
-            rows[name] = {"images_per_sec": round(rate, 1), "rounds": [round(x, 1) for x in rounds[name]],
-                          "fraction_of_matmul_flops": round(fraction, 3)}
-            print("%-24s %10.1f %11.1f%%  %s" % (name, rate, 100 * fraction,
-                                                 " ".join("%.1f" % x for x in rounds[name])))
+            rows[name] = {
+                "images_per_sec": round(rate, 1),
+                "rounds": [round(x, 1) for x in rounds[name]],
+                "fraction_of_matmul_flops": round(fraction, 3),
+            }
+            print(
+                "%-24s %10.1f %11.1f%%  %s" % (name, rate, 100 * fraction, " ".join("%.1f" % x for x in rounds[name]))
+            )
         ratios = {}
         for a, b, target in RATIOS:
             if a in best and b in best:
                 ratios["%s / %s" % (a, b)] = {"ratio": round(best[a] / best[b], 3), "target": target}
-                print("%-44s %6.2f  %s" % ("%s / %s" % (a, b), best[a] / best[b],
-                                          "(target >= %.2f)" % target if target else ""))
+                print(
+                    "%-44s %6.2f  %s"
+                    % ("%s / %s" % (a, b), best[a] / best[b], "(target >= %.2f)" % target if target else "")
+                )
         for b, rates in extra.items():
-            print("ours fp32 at batch %d: %.1f images/s (rounds %s)"
-                  % (b, max(rates), " ".join("%.1f" % x for x in rates)))
-        result["depths"][str(depth)] = {"forward_flops": flops // 3, "batch_size": batch, "trainers": rows,
-                                        "ratios": ratios,
-                                        "ours_fp32_other_batches": {str(b): round(max(r), 1) for b, r in extra.items()}}
+            print(
+                "ours fp32 at batch %d: %.1f images/s (rounds %s)"
+                % (b, max(rates), " ".join("%.1f" % x for x in rates))
+            )
+        result["depths"][str(depth)] = {
+            "forward_flops": flops // 3,
+            "batch_size": batch,
+            "trainers": rows,
+            "ratios": ratios,
+            "ours_fp32_other_batches": {str(b): round(max(r), 1) for b, r in extra.items()},
+        }
     pipeline = images_per_second(Cifar10DataSet(args.data_dir, "train", seed=0).dataset(batch), batch, 150)
-    fastest = max(row["images_per_sec"] for d in result["depths"].values() for name, row in d["trainers"].items()
-                  if name.startswith("ours"))
-    print("\ninput pipeline (shuffle, crop, flip, batch %d): %.0f images/s, %.1fx what our fastest trainer consumed"
-          % (batch, pipeline, pipeline / fastest))
-    result["input_pipeline"] = {"images_per_sec": round(pipeline, 1),
-                                "over_fastest_trainer": round(pipeline / fastest, 1)}
+    fastest = max(
+        row["images_per_sec"]
+        for d in result["depths"].values()
+        for name, row in d["trainers"].items()
+        if name.startswith("ours")
+    )
+    print(
+        "\ninput pipeline (shuffle, crop, flip, batch %d): %.0f images/s, %.1fx what our fastest trainer consumed"
+        % (batch, pipeline, pipeline / fastest)
+    )
+    result["input_pipeline"] = {
+        "images_per_sec": round(pipeline, 1),
+        "over_fastest_trainer": round(pipeline / fastest, 1),
+    }
     result["settings"] = vars(args)
     write_result(args.out, result)
     return 0

@@ -98,8 +98,7 @@ def _distort_to_float(images, seed):
 class Cifar10DataSet(object):
     """CIFAR-10 TFRecords of one subset, as written by generate_cifar10_tfrecords.py."""
 
-    def __init__(self, data_dir: str, subset: str = fmt.TRAIN, use_distortion: bool = True,
-                 seed=None):
+    def __init__(self, data_dir: str, subset: str = fmt.TRAIN, use_distortion: bool = True, seed=None):
         """
         Args:
           data_dir: directory (or ``gs://`` path) holding the TFRecords.
@@ -134,18 +133,23 @@ class Cifar10DataSet(object):
             return  # records of the original tool: nothing to compare with
         path = self.get_filenames()[0]
         entry = self._manifest["files"][fmt.record_filename(self.subset)]
-        fix = ("Rewrite the records: python generate_cifar10_tfrecords.py --data-dir=%s --overwrite (with the "
-               "--source you used)." % self.data_dir)
+        fix = (
+            "Rewrite the records: python generate_cifar10_tfrecords.py --data-dir=%s --overwrite (with the "
+            "--source you used)." % self.data_dir
+        )
         found = storage.size(path)
         if found != int(entry["bytes"]):
-            raise CorruptDataError("%s holds %s bytes but %s says %s: the file is truncated or was replaced. %s"
-                                   % (path, format(found, ","), fmt.MANIFEST_NAME, format(int(entry["bytes"]), ","),
-                                      fix))
+            raise CorruptDataError(
+                "%s holds %s bytes but %s says %s: the file is truncated or was replaced. %s"
+                % (path, format(found, ","), fmt.MANIFEST_NAME, format(int(entry["bytes"]), ","), fix)
+            )
         if count_records and not storage.is_gcs(path):
             count = sum(1 for _ in tf.compat.v1.io.tf_record_iterator(path))
             if count != int(entry["examples"]):
-                raise CorruptDataError("%s holds %s records but %s says %s. %s" % (
-                    path, format(count, ","), fmt.MANIFEST_NAME, format(int(entry["examples"]), ","), fix))
+                raise CorruptDataError(
+                    "%s holds %s records but %s says %s. %s"
+                    % (path, format(count, ","), fmt.MANIFEST_NAME, format(int(entry["examples"]), ","), fix)
+                )
 
     def get_filenames(self):
         return [storage.join(self.data_dir, fmt.record_filename(self.subset))]
@@ -169,8 +173,7 @@ class Cifar10DataSet(object):
         if self.subset == fmt.TRAIN:
             # The whole training set fits in memory (40,000 x 3 KB): a full
             # shuffle buffer gives a true random permutation each epoch.
-            records = records.shuffle(self.num_examples_per_epoch(), seed=self.seed,
-                                      reshuffle_each_iteration=True)
+            records = records.shuffle(self.num_examples_per_epoch(), seed=self.seed, reshuffle_each_iteration=True)
             batches = records.repeat().batch(batch_size, drop_remainder=True).enumerate()
             distort_images = self.use_distortion
 
@@ -197,8 +200,7 @@ class Cifar10DataSet(object):
                 labels.set_shape([batch_size])
                 return images, labels
 
-        return batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(
-            tf.data.AUTOTUNE)
+        return batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE)
 
     def make_batch(self, batch_size: int):
         """``(images, labels)`` tensors of the next batch, for a graph-mode ``input_fn``."""

@@ -66,9 +66,7 @@ def read_manifest(data_dir: str):
 def record_filename(subset: str) -> str:
     """File name of a subset's TFRecords, e.g. ``train.tfrecords``."""
     if subset not in SPLITS:
-        raise ValueError(
-            "Unknown subset %r: expected one of %s." % (subset, ", ".join(SUBSETS))
-        )
+        raise ValueError("Unknown subset %r: expected one of %s." % (subset, ", ".join(SUBSETS)))
     return subset + ".tfrecords"
 
 
@@ -119,8 +117,7 @@ def parse_manifest(text: str, where: str) -> dict:
             int(entry["examples"]), int(entry["bytes"]), str(entry["sha256"])
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(
-            "%s is not a valid CIFAR-10 manifest (%s): rerun "
-            "generate_cifar10_tfrecords.py --overwrite." % (where, e)
+            "%s is not a valid CIFAR-10 manifest (%s): rerun generate_cifar10_tfrecords.py --overwrite." % (where, e)
         ) from e
     return manifest
 

@@ -26,17 +26,24 @@ def check_depth(num_layers: int, version: str = "v1") -> int:
     if num_layers < per_unit + 2 or (num_layers - 2) % per_unit:
         examples = "29, 47, 164" if per_unit == 9 else "20, 32, 44, 56, 110"
         raise ValueError(
-            "num_layers=%d is not %dn+2 for a %s ResNet: use one of %s ..."
-            % (num_layers, per_unit, version, examples))
+            "num_layers=%d is not %dn+2 for a %s ResNet: use one of %s ..." % (num_layers, per_unit, version, examples)
+        )
     return (num_layers - 2) // per_unit
 
 
 class ResNetCifar10(model_base.ResNet):
     """A CIFAR-10 ResNet of ``num_layers`` = 6n+2 layers with 10 logits."""
 
-    def __init__(self, num_layers: int, is_training: bool, batch_norm_decay: float,
-                 batch_norm_epsilon: float, data_format: str = "channels_first",
-                 version: str = "v1", precision: str = "fp32"):
+    def __init__(
+        self,
+        num_layers: int,
+        is_training: bool,
+        batch_norm_decay: float,
+        batch_norm_epsilon: float,
+        data_format: str = "channels_first",
+        version: str = "v1",
+        precision: str = "fp32",
+    ):
         super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision)
         self.n = check_depth(num_layers, version)
         self.version = version
@@ -50,8 +57,7 @@ class ResNetCifar10(model_base.ResNet):
     def forward_pass(self, x, input_data_format="channels_last"):
         """Float32 logits ``[batch, 10]`` for float32 images ``x`` with values 0..255."""
         if input_data_format not in model_base.DATA_FORMATS:
-            raise ValueError("input_data_format %r is not one of %s."
-                             % (input_data_format, model_base.DATA_FORMATS))
+            raise ValueError("input_data_format %r is not one of %s." % (input_data_format, model_base.DATA_FORMATS))
         if input_data_format != self._data_format:
             x = tf.transpose(x, [0, 3, 1, 2] if self._nchw else [0, 2, 3, 1])
         x = tf.cast(x / 128.0 - 1.0, self.compute_dtype)  # as the original: inputs in [-1, 1)
@@ -71,8 +77,9 @@ class ResNetCifar10(model_base.ResNet):
                 else:
                     unit_fn = self._residual_v2 if self.version == "v2" else self._bottleneck_residual_v2
                     # The first unit of the network shares the stem's activation.
-                    x = unit_fn(x, in_filter, out_filter, stride,
-                                activate_before_residual=stage == 0 and unit == 0, name=name)
+                    x = unit_fn(
+                        x, in_filter, out_filter, stride, activate_before_residual=stage == 0 and unit == 0, name=name
+                    )
         if self.version != "v1":
             x = self._relu(self._batch_norm(x, name="final_bn"))
         x = self._global_avg_pool(x)

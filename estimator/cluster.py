@@ -75,7 +75,8 @@ def parse(text, trial=None) -> Cluster:
         raise ClusterConfigError(
             "TF_CONFIG is not valid JSON (%s): %r. Expected e.g. "
             '{"cluster": {"master": ["host:2222"], "ps": ["host:2223"]}, '
-            '"task": {"type": "master", "index": 0}}.' % (e, text[:200])) from e
+            '"task": {"type": "master", "index": 0}}.' % (e, text[:200])
+        ) from e
     if not isinstance(config, dict):
         raise ClusterConfigError("TF_CONFIG must be a JSON object, got %r." % (config,))
     spec = config.get("cluster") or {}
@@ -84,13 +85,13 @@ def parse(text, trial=None) -> Cluster:
         raise ClusterConfigError("TF_CONFIG 'cluster' and 'task' must be JSON objects.")
     for role, addresses in spec.items():
         if role not in ROLES:
-            raise ClusterConfigError(
-                "TF_CONFIG cluster has unknown role %r: roles are %s." % (role, ", ".join(ROLES)))
+            raise ClusterConfigError("TF_CONFIG cluster has unknown role %r: roles are %s." % (role, ", ".join(ROLES)))
         if isinstance(addresses, dict):  # sparse form {"0": "host:port"}
             addresses = [addresses[k] for k in sorted(addresses, key=int)]
         if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
             raise ClusterConfigError(
-                "TF_CONFIG cluster role %r must list \"host:port\" addresses, got %r." % (role, addresses))
+                'TF_CONFIG cluster role %r must list "host:port" addresses, got %r.' % (role, addresses)
+            )
     spec = {r: list(a.values()) if isinstance(a, dict) else list(a) for r, a in spec.items()}
     task_type = task.get("type")
     trial = task.get("trial") or trial or None
@@ -99,11 +100,11 @@ def parse(text, trial=None) -> Cluster:
         if task_type not in (None, "", "worker") or task.get("index", 0) not in (0, "0"):
             raise ClusterConfigError(
                 "TF_CONFIG task %r has no cluster to belong to: give a 'cluster' (the services set e.g. "
-                '{"master": ["host:2222"]} even for one machine) or drop the task.' % (task,))
+                '{"master": ["host:2222"]} even for one machine) or drop the task.' % (task,)
+            )
         return Cluster(trial=str(trial) if trial else None)
     if task_type not in ROLES:
-        raise ClusterConfigError(
-            "TF_CONFIG task type %r is not one of %s." % (task_type, ", ".join(ROLES)))
+        raise ClusterConfigError("TF_CONFIG task type %r is not one of %s." % (task_type, ", ".join(ROLES)))
     try:
         index = int(task.get("index", 0))
     except (TypeError, ValueError):
@@ -116,17 +117,18 @@ def parse(text, trial=None) -> Cluster:
         if not 0 <= index < count:
             raise ClusterConfigError(
                 "TF_CONFIG task %s index %d is out of range: the cluster has %d %s task(s)."
-                % (task_type, index, count, task_type))
+                % (task_type, index, count, task_type)
+            )
     if "chief" in spec and "master" in spec:
         raise ClusterConfigError("TF_CONFIG has both 'chief' and 'master': use one.")
     if task_type == "evaluator" and "master" in spec:
         raise ClusterConfigError(
             "TF_CONFIG has an evaluator beside a master: a master evaluates itself (AI Platform); "
-            "name the training lead 'chief' (Vertex AI, or useChiefInTfConfig) to use an evaluator.")
+            "name the training lead 'chief' (Vertex AI, or useChiefInTfConfig) to use an evaluator."
+        )
     if not any(spec.get(role) for role in TRAINING_ROLES):
         raise ClusterConfigError("TF_CONFIG cluster has no master, chief or worker to train.")
-    return Cluster(spec=spec, task_type=task_type, task_index=index,
-                   trial=str(trial) if trial else None)
+    return Cluster(spec=spec, task_type=task_type, task_index=index, trial=str(trial) if trial else None)
 
 
 def from_environment(environ=None) -> Cluster:
@@ -175,5 +177,6 @@ def wait_for_parameter_servers(cluster: Cluster, timeout: float, poll: float = 0
                 if time.time() >= deadline:
                     raise UnreachableError(
                         "parameter server ps/%d at %s is unreachable after %d s (%s): check that it runs and "
-                        "that TF_CONFIG names the right address." % (index, address, timeout, e)) from None
+                        "that TF_CONFIG names the right address." % (index, address, timeout, e)
+                    ) from None
                 time.sleep(poll)

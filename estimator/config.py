@@ -165,4 +165,3 @@ def load(job_dir: str) -> hparams_lib.HParams:
             "%s not found: --job-dir must be a directory that python -m estimator.cifar10_main trained into." % path
         )
     return hparams_lib.HParams.from_dict(json.loads(storage.read_text(path))["hparams"])
-

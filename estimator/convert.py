@@ -60,15 +60,11 @@ def _reconstruct(subtype, shape, dtype_code):
     # (a subclass such as numpy.ma.MaskedArray is not part of a CIFAR batch).
     if subtype is not np.ndarray:
         raise pickle.UnpicklingError("array subtype %r is not allowed" % (subtype,))
-    return _numpy_attr("_reconstruct", "numpy._core.multiarray", "numpy.core.multiarray")(
-        subtype, shape, dtype_code
-    )
+    return _numpy_attr("_reconstruct", "numpy._core.multiarray", "numpy.core.multiarray")(subtype, shape, dtype_code)
 
 
 def _frombuffer(buffer, dtype, shape, order):
-    return _numpy_attr("_frombuffer", "numpy._core.numeric", "numpy.core.numeric")(
-        buffer, dtype, shape, order
-    )
+    return _numpy_attr("_frombuffer", "numpy._core.numeric", "numpy.core.numeric")(buffer, dtype, shape, order)
 
 
 def _latin1_encode(text, encoding="latin1"):
@@ -115,8 +111,7 @@ def _check_plain(obj, name: str, depth: int = 0) -> None:
         return
     if type(obj) not in _PLAIN_TYPES:
         raise ConversionError(
-            "Refusing %s: it holds a %s, which a CIFAR-10 batch never holds."
-            % (name, type(obj).__name__)
+            "Refusing %s: it holds a %s, which a CIFAR-10 batch never holds." % (name, type(obj).__name__)
         )
     if isinstance(obj, dict):
         for key, value in obj.items():
@@ -155,28 +150,23 @@ def load_batch(raw: bytes, name: str):
     data, labels = entries["data"], entries["labels"]
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2:
         raise ConversionError(
-            "%s: 'data' must be a 2-D uint8 array, got %s."
-            % (name, getattr(data, "dtype", type(data).__name__))
+            "%s: 'data' must be a 2-D uint8 array, got %s." % (name, getattr(data, "dtype", type(data).__name__))
         )
     if data.shape[1] != fmt.IMAGE_BYTES:
         raise ConversionError(
-            "%s: rows are %d bytes, a CIFAR-10 image is %d (32x32x3)."
-            % (name, data.shape[1], fmt.IMAGE_BYTES)
+            "%s: rows are %d bytes, a CIFAR-10 image is %d (32x32x3)." % (name, data.shape[1], fmt.IMAGE_BYTES)
         )
     if not isinstance(labels, (list, tuple)) or not all(type(x) is int for x in labels):
         raise ConversionError("%s: 'labels' must be a list of ints." % name)
     if len(labels) != data.shape[0]:
-        raise ConversionError(
-            "%s: %d labels for %d images." % (name, len(labels), data.shape[0])
-        )
+        raise ConversionError("%s: %d labels for %d images." % (name, len(labels), data.shape[0]))
     if not labels:
         raise ConversionError("%s holds no images." % name)
     labels = np.asarray(labels, dtype=np.int64)
     bad = np.flatnonzero((labels < 0) | (labels >= fmt.NUM_CLASSES))
     if bad.size:
         raise ConversionError(
-            "%s: label %d at row %d is outside 0..%d."
-            % (name, labels[bad[0]], bad[0], fmt.NUM_CLASSES - 1)
+            "%s: label %d at row %d is outside 0..%d." % (name, labels[bad[0]], bad[0], fmt.NUM_CLASSES - 1)
         )
     return np.ascontiguousarray(data), labels
 
@@ -191,15 +181,21 @@ def _check_member(member: tarfile.TarInfo, archive: str) -> None:
     if name.startswith("/") or posixpath.isabs(name) or ".." in parts:
         raise ConversionError("Refusing %s: member %r has an unsafe path." % (archive, name))
     if parts[0] != fmt.ARCHIVE_DIR:
-        raise ConversionError(
-            "Refusing %s: member %r is outside %s/." % (archive, name, fmt.ARCHIVE_DIR)
-        )
+        raise ConversionError("Refusing %s: member %r is outside %s/." % (archive, name, fmt.ARCHIVE_DIR))
     if member.isdir() and posixpath.normpath(name) == fmt.ARCHIVE_DIR:
         return
     if not member.isreg():
-        kind = ("a symbolic link" if member.issym() else "a hard link" if member.islnk()
-                else "a device" if member.isdev() else "a directory" if member.isdir()
-                else "not a regular file")
+        kind = (
+            "a symbolic link"
+            if member.issym()
+            else "a hard link"
+            if member.islnk()
+            else "a device"
+            if member.isdev()
+            else "a directory"
+            if member.isdir()
+            else "not a regular file"
+        )
         raise ConversionError("Refusing %s: member %r is %s." % (archive, name, kind))
 
 
@@ -229,8 +225,7 @@ def read_archive(path: str) -> dict:
         raise
     except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
         raise ConversionError(
-            "Cannot read %s: truncated or not a gzip'd tar archive (%s). Delete it and "
-            "download again." % (path, e)
+            "Cannot read %s: truncated or not a gzip'd tar archive (%s). Delete it and download again." % (path, e)
         ) from e
     missing = sorted(wanted - set(raw))
     if missing:
@@ -272,8 +267,16 @@ def existing_manifest(data_dir: str):
     return manifest
 
 
-def convert(data_dir: str, source: str = fmt.OFFICIAL_URL, md5=None, sha256=None,
-            cache_dir=None, overwrite: bool = False, progress: bool = True, log=print) -> dict:
+def convert(
+    data_dir: str,
+    source: str = fmt.OFFICIAL_URL,
+    md5=None,
+    sha256=None,
+    cache_dir=None,
+    overwrite: bool = False,
+    progress: bool = True,
+    log=print,
+) -> dict:
     """Fetches, verifies and converts the archive; returns the manifest.
 
     Args:
@@ -292,8 +295,10 @@ def convert(data_dir: str, source: str = fmt.OFFICIAL_URL, md5=None, sha256=None
     if not overwrite:
         manifest = existing_manifest(data_dir)
         if manifest is not None:
-            log("%s already holds complete CIFAR-10 records (%s); nothing to do. "
-                "Pass --overwrite to rebuild." % (data_dir, fmt.MANIFEST_NAME))
+            log(
+                "%s already holds complete CIFAR-10 records (%s); nothing to do. "
+                "Pass --overwrite to rebuild." % (data_dir, fmt.MANIFEST_NAME)
+            )
             return manifest
     try:
         checksum = download.expected_checksum(md5, sha256)
@@ -302,8 +307,10 @@ def convert(data_dir: str, source: str = fmt.OFFICIAL_URL, md5=None, sha256=None
     if checksum is None and source == fmt.OFFICIAL_URL:
         checksum = ("md5", fmt.OFFICIAL_MD5)
     if checksum is None:
-        log("warning: no --md5 or --sha256 given for %s: its checksum is not verified "
-            "(its contents still are)." % source)
+        log(
+            "warning: no --md5 or --sha256 given for %s: its checksum is not verified "
+            "(its contents still are)." % source
+        )
     try:
         archive = download.fetch(source, cache_dir=cache_dir, checksum=checksum, progress=progress)
     except download.DownloadError as e:
@@ -348,21 +355,25 @@ def convert(data_dir: str, source: str = fmt.OFFICIAL_URL, md5=None, sha256=None
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description="Download CIFAR-10 (python version), verify it and write "
-        "train/validation/eval TFRecords.",
+        description="Download CIFAR-10 (python version), verify it and write train/validation/eval TFRecords.",
     )
-    parser.add_argument("--data-dir", required=True,
-                        help="Directory (or gs://bucket/path) to write the TFRecords to.")
-    parser.add_argument("--source", default=fmt.OFFICIAL_URL,
-                        help="URL or local path of cifar-10-python.tar.gz (default: the official URL).")
+    parser.add_argument("--data-dir", required=True, help="Directory (or gs://bucket/path) to write the TFRecords to.")
+    parser.add_argument(
+        "--source",
+        default=fmt.OFFICIAL_URL,
+        help="URL or local path of cifar-10-python.tar.gz (default: the official URL).",
+    )
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--md5", help="Expected md5 of the archive (default: the official "
-                       "md5 when --source is the official URL).")
+    group.add_argument(
+        "--md5", help="Expected md5 of the archive (default: the official md5 when --source is the official URL)."
+    )
     group.add_argument("--sha256", help="Expected sha256 of the archive.")
-    parser.add_argument("--cache-dir", default=None,
-                        help="Where downloads are kept (default: %s)." % download.default_cache_dir())
-    parser.add_argument("--overwrite", action="store_true",
-                        help="Rebuild even if --data-dir already holds complete records.")
+    parser.add_argument(
+        "--cache-dir", default=None, help="Where downloads are kept (default: %s)." % download.default_cache_dir()
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="Rebuild even if --data-dir already holds complete records."
+    )
     parser.add_argument("--no-progress", action="store_true", help="Hide the download progress bar.")
     return parser
 
@@ -370,8 +381,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        convert(args.data_dir, source=args.source, md5=args.md5, sha256=args.sha256,
-                cache_dir=args.cache_dir, overwrite=args.overwrite, progress=not args.no_progress)
+        convert(
+            args.data_dir,
+            source=args.source,
+            md5=args.md5,
+            sha256=args.sha256,
+            cache_dir=args.cache_dir,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+        )
     except ConversionError as e:
         print("error: %s" % e, file=sys.stderr)
         return 1

@@ -34,8 +34,7 @@ def _merge(device: str, current: str) -> str:
     import tensorflow as tf
 
     # Whatever is already set on the op (an explicit tf.device) wins.
-    return tf.DeviceSpec.from_string(device).make_merged_spec(
-        tf.DeviceSpec.from_string(current or "")).to_string()
+    return tf.DeviceSpec.from_string(device).make_merged_spec(tf.DeviceSpec.from_string(current or "")).to_string()
 
 
 class GreedyPlacer(object):
@@ -58,6 +57,7 @@ class GreedyPlacer(object):
 def device_setter(worker_device: str, parameter_device):
     """A device function: variables to ``parameter_device`` (a string or a placer), the rest to
     ``worker_device``."""
+
     def choose(op):
         if op.type in VARIABLE_OPS:
             target = parameter_device(op) if callable(parameter_device) else parameter_device

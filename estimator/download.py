@@ -46,9 +46,7 @@ def expected_checksum(md5=None, sha256=None):
         if value:
             value = value.strip().lower()
             if len(value) != length or any(c not in "0123456789abcdef" for c in value):
-                raise ValueError(
-                    "--%s %r is not a %d-digit hex digest." % (algorithm, value, length)
-                )
+                raise ValueError("--%s %r is not a %d-digit hex digest." % (algorithm, value, length))
             return algorithm, value
     return None
 
@@ -62,8 +60,7 @@ def verify(path: str, checksum) -> None:
     if got != want:
         raise DownloadError(
             "Checksum mismatch for %s: %s is %s, expected %s. The file is corrupt or "
-            "not the archive you meant; pass the right --%s or --source."
-            % (path, algorithm, got, want, algorithm)
+            "not the archive you meant; pass the right --%s or --source." % (path, algorithm, got, want, algorithm)
         )
 
 
@@ -71,8 +68,15 @@ def is_url(source: str) -> bool:
     return urlparse(source).scheme in ("http", "https")
 
 
-def fetch(source: str, cache_dir=None, checksum=None, retries: int = 5,
-          timeout: float = 60.0, backoff: float = 1.0, progress: bool = True) -> str:
+def fetch(
+    source: str,
+    cache_dir=None,
+    checksum=None,
+    retries: int = 5,
+    timeout: float = 60.0,
+    backoff: float = 1.0,
+    progress: bool = True,
+) -> str:
     """Returns the local path of a verified archive.
 
     Args:
@@ -145,15 +149,18 @@ def _download_into(url: str, part: str, timeout: float, progress: bool) -> bool:
         length = response.headers.get("Content-Length")
         total = have + int(length) if length is not None else None
         with open(part, mode) as out, tqdm(
-            total=total, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
-            desc=os.path.basename(part[: -len(".part")]), disable=not progress,
+            total=total,
+            initial=have,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=os.path.basename(part[: -len(".part")]),
+            disable=not progress,
         ) as bar:
             for chunk in response.iter_content(NET_CHUNK):
                 out.write(chunk)
                 bar.update(len(chunk))
         size = os.path.getsize(part)
         if total is not None and size < total:
-            raise requests.ConnectionError(
-                "connection dropped at byte %d of %d" % (size, total)
-            )
+            raise requests.ConnectionError("connection dropped at byte %d of %d" % (size, total))
     return True

@@ -17,9 +17,14 @@ v1 = tf.compat.v1
 def sum_metric(values, name):
     """A streaming sum, e.g. how many images an evaluation covered."""
     with v1.variable_scope(name):
-        total = v1.get_variable("total", [], tf.float32, initializer=v1.zeros_initializer(),
-                                trainable=False,
-                                collections=[v1.GraphKeys.LOCAL_VARIABLES, v1.GraphKeys.METRIC_VARIABLES])
+        total = v1.get_variable(
+            "total",
+            [],
+            tf.float32,
+            initializer=v1.zeros_initializer(),
+            trainable=False,
+            collections=[v1.GraphKeys.LOCAL_VARIABLES, v1.GraphKeys.METRIC_VARIABLES],
+        )
     return tf.identity(total), v1.assign_add(total, tf.reduce_sum(values))
 
 
@@ -40,8 +45,14 @@ def class_metrics(images, labels, predictions, weights):
         metrics["per_class_accuracy/" + name] = v1.metrics.mean(correct, weights=in_class)
 
     def local(name, shape, dtype, value):
-        return v1.get_variable(name, shape, dtype, initializer=v1.constant_initializer(value), trainable=False,
-                               collections=[v1.GraphKeys.LOCAL_VARIABLES, v1.GraphKeys.METRIC_VARIABLES])
+        return v1.get_variable(
+            name,
+            shape,
+            dtype,
+            initializer=v1.constant_initializer(value),
+            trainable=False,
+            collections=[v1.GraphKeys.LOCAL_VARIABLES, v1.GraphKeys.METRIC_VARIABLES],
+        )
 
     with v1.variable_scope("confusion"):
         matrix = local("matrix", [num_classes, num_classes], tf.float32, 0)
@@ -59,8 +70,12 @@ def class_metrics(images, labels, predictions, weights):
         ]
     confidence = tf.reduce_max(predictions["probabilities"], axis=1)
     wrong = tf.logical_and(tf.not_equal(classes, true), weights > 0)
-    batch = [tf.where(wrong, confidence, -tf.ones_like(confidence)),
-             tf.cast(tf.clip_by_value(images, 0, 255), tf.uint8), true, classes]
+    batch = [
+        tf.where(wrong, confidence, -tf.ones_like(confidence)),
+        tf.cast(tf.clip_by_value(images, 0, 255), tf.uint8),
+        true,
+        classes,
+    ]
     merged = [tf.concat([a, b], axis=0) for a, b in zip(kept, batch)]
     top = tf.math.top_k(merged[0], k).indices
     update = tf.group(*[v1.assign(var, tf.gather(m, top)) for var, m in zip(kept, merged)])

@@ -38,8 +38,12 @@ class ProgressHook(v1.train.SessionRunHook):
 
         graph = v1.get_default_graph()
         self._fetches = {"step": v1.train.get_global_step()}
-        for key, name in (("loss", m.TOTAL_LOSS), ("xent", m.CROSS_ENTROPY), ("acc", m.TRAIN_ACCURACY),
-                          ("lr", m.LEARNING_RATE)):
+        for key, name in (
+            ("loss", m.TOTAL_LOSS),
+            ("xent", m.CROSS_ENTROPY),
+            ("acc", m.TRAIN_ACCURACY),
+            ("lr", m.LEARNING_RATE),
+        ):
             self._fetches[key] = graph.get_tensor_by_name(name)
         self._last = None  # (time, step) of the previous line
 
@@ -67,9 +71,19 @@ class ProgressHook(v1.train.SessionRunHook):
         if steps_per_sec:
             speed = "%.0f img/s" % (steps_per_sec * self._examples)
             eta = _clock(max(0, self._total - step) / steps_per_sec)
-        logs.info("step %d/%d (%d%%) | %s | loss %.4f (xent %.4f, acc %.2f) | lr %.4g | %s, ETA %s",
-                  step, self._total, 100 * step // max(1, self._total), speed, float(r["loss"]),
-                  float(r["xent"]), float(r["acc"]), float(r["lr"]), _clock(now - self._start), eta)
+        logs.info(
+            "step %d/%d (%d%%) | %s | loss %.4f (xent %.4f, acc %.2f) | lr %.4g | %s, ETA %s",
+            step,
+            self._total,
+            100 * step // max(1, self._total),
+            speed,
+            float(r["loss"]),
+            float(r["xent"]),
+            float(r["acc"]),
+            float(r["lr"]),
+            _clock(now - self._start),
+            eta,
+        )
 
 
 class ExamplesPerSecondHook(v1.train.SessionRunHook):
@@ -117,8 +131,11 @@ class _HyperTune(object):
             # HyperTune reads the trial from CLOUD_ML_TRIAL_ID only; TF_CONFIG's task.trial counts too.
             cls._instance.trial_id = trial
         cls._instance.report_hyperparameter_tuning_metric(
-            hyperparameter_metric_tag=tag, metric_value=value, global_step=global_step,
-            checkpoint_path=checkpoint_path or "")
+            hyperparameter_metric_tag=tag,
+            metric_value=value,
+            global_step=global_step,
+            checkpoint_path=checkpoint_path or "",
+        )
 
 
 class EvalReporter(tf.estimator.Exporter):
@@ -130,8 +147,14 @@ class EvalReporter(tf.estimator.Exporter):
     nothing.
     """
 
-    def __init__(self, subset: str, metric_tag: str = "accuracy", report_metric: bool = True,
-                 mirror_dir: str = None, trial: str = None):
+    def __init__(
+        self,
+        subset: str,
+        metric_tag: str = "accuracy",
+        report_metric: bool = True,
+        mirror_dir: str = None,
+        trial: str = None,
+    ):
         self._subset = subset
         self._trial = trial
         self._mirror_dir = mirror_dir
@@ -149,13 +172,23 @@ class EvalReporter(tf.estimator.Exporter):
         self.results.append(result)
         logs.info(
             "Evaluation [%s] at step %d: accuracy %.4f, cross_entropy %.4f, loss %.4f on %d images",
-            self._subset, result["global_step"], result["accuracy"], result["cross_entropy"],
-            result["loss"], int(result["eval_examples"]))
+            self._subset,
+            result["global_step"],
+            result["accuracy"],
+            result["cross_entropy"],
+            result["loss"],
+            int(result["eval_examples"]),
+        )
         if self._mirror_dir:
             summaries.write_scalars(self._mirror_dir, result, int(result["global_step"]))
         if self._report_metric:
-            _HyperTune.report(self._metric_tag, float(result[self._metric_tag]),
-                              int(result["global_step"]), checkpoint_path, trial=self._trial)
+            _HyperTune.report(
+                self._metric_tag,
+                float(result[self._metric_tag]),
+                int(result["global_step"]),
+                checkpoint_path,
+                trial=self._trial,
+            )
         return None
 
 
@@ -209,6 +242,7 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         if self._init_tokens_op is not None:
             session.run(self._init_tokens_op)
         if self._sync_op is not None:
+
             def aggregate():
                 try:
                     while not coord.should_stop():

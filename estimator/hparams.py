@@ -86,31 +86,43 @@ class HParams:
     health_checks: str = "warn"
     health_every_n_steps: int = _threshold(100, 0)
     health_init_loss_tolerance: float = _threshold(
-        0.25, 0, help="Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019).")
+        0.25, 0, help="Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019)."
+    )
     health_vanishing_gradient: float = _threshold(
-        1e-7, help="A layer whose mean |gradient| of the data loss is below this has vanishing gradients.")
+        1e-7, help="A layer whose mean |gradient| of the data loss is below this has vanishing gradients."
+    )
     health_exploding_factor: float = _threshold(
-        10.0, 0, help="The global gradient norm above this multiple of its running median is exploding.")
+        10.0, 0, help="The global gradient norm above this multiple of its running median is exploding."
+    )
     health_update_ratio_min: float = _threshold(
-        1e-8, 0, help="Lowest healthy learning rate x |gradient| / |weights| of a layer (CS231n: ~1e-3).")
+        1e-8, 0, help="Lowest healthy learning rate x |gradient| / |weights| of a layer (CS231n: ~1e-3)."
+    )
     health_update_ratio_max: float = _threshold(10.0, 0)
     health_dead_relu_fraction: float = _threshold(
-        0.5, 0, 1, help="More than this fraction of a layer's channels never active is a dead layer.")
+        0.5, 0, 1, help="More than this fraction of a layer's channels never active is a dead layer."
+    )
     health_dead_relu_window: int = _threshold(
-        5, 0, help="Checks (batches) over which a channel must never be active to count as dead.")
+        5, 0, help="Checks (batches) over which a channel must never be active to count as dead."
+    )
     health_input_mean_max: float = _threshold(
-        0.5, help="Largest |mean| of the input after the network's scaling x / 128 - 1.")
+        0.5, help="Largest |mean| of the input after the network's scaling x / 128 - 1."
+    )
     health_input_std_min: float = _threshold(0.1)
     health_input_std_max: float = _threshold(1.0, 0)
     health_loss_window: int = _threshold(
-        200, 0, help="Steps averaged to smooth the training loss for the not-decreasing rule.")
+        200, 0, help="Steps averaged to smooth the training loss for the not-decreasing rule."
+    )
     health_loss_min_decrease: float = _threshold(
-        0.01, help="Relative decrease of the smoothed loss (last window against the first) below "
-        "which the loss is not decreasing.")
+        0.01,
+        help="Relative decrease of the smoothed loss (last window against the first) below "
+        "which the loss is not decreasing.",
+    )
     health_overtraining_evals: int = _threshold(
-        3, 0, help="Evaluations in a row with rising validation loss and falling training loss.")
+        3, 0, help="Evaluations in a row with rising validation loss and falling training loss."
+    )
     health_class_ratio: float = _threshold(
-        0.25, 0, 1, help="A class whose validation accuracy is below this fraction of the others' mean.")
+        0.25, 0, 1, help="A class whose validation accuracy is below this fraction of the others' mean."
+    )
     # Resolved from the environment by estimator.config, not flags: where this
     # process stands in the job (TF_CONFIG; its trial), how many processes
     # train, how many training images the data's manifest lists, and Vertex
@@ -151,8 +163,15 @@ class HParams:
     def schedule(self) -> schedules.Schedule:
         """The learning-rate schedule these hyperparameters resolve to."""
         return schedules.Schedule.resolve(
-            self.lr_schedule, self.learning_rate, self.lr_scaling, self.train_steps, self.warmup_epochs,
-            self.lr_decay_steps, self.num_train_examples, self.global_batch_size)
+            self.lr_schedule,
+            self.learning_rate,
+            self.lr_scaling,
+            self.train_steps,
+            self.warmup_epochs,
+            self.lr_decay_steps,
+            self.num_train_examples,
+            self.global_batch_size,
+        )
 
     @property
     def validation_hparams(self) -> HParams:
@@ -242,113 +261,231 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m estimator.cifar10_main",
         description="Train and evaluate a CIFAR-10 ResNet with tf.estimator.",
         fromfile_prefix_chars="@",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data-dir", required=True,
-                   help="Directory (or gs:// path) with the TFRecords of generate_cifar10_tfrecords.py.")
-    p.add_argument("--job-dir", default=None,
-                   help="Directory (or gs:// path) for checkpoints, summaries and results. "
-                   "Defaults to $AIP_MODEL_DIR's parent on Vertex AI.")
-    p.add_argument("--variable-strategy", choices=["CPU", "GPU"], default=d.variable_strategy,
-                   help="Where variables live: CPU (a parameter-server layout) or spread over the GPUs.")
-    p.add_argument("--num-gpus", type=_int, default=d.num_gpus,
-                   help="GPUs to use, one tower each; 0 trains on the CPU.")
-    p.add_argument("--num-cpu-towers", type=_int, default=d.num_cpu_towers,
-                   help="With --num-gpus 0: run N towers on N CPU devices (tests the multi-GPU "
-                   "logic on machines without GPUs; no speed-up).")
-    p.add_argument("--num-layers", type=_int, default=d.num_layers,
-                   help="ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...")
-    p.add_argument("--resnet-version", choices=list(cifar10_model.VERSIONS), default=d.resnet_version,
-                   help="Residual unit: v1 (post-activation), v2 (pre-activation), bottleneck_v2 (9n+2).")
-    p.add_argument("--train-steps", type=_int, default=None,
-                   help="Global steps to train to (a restarted job resumes towards it); default %d."
-                   % d.train_steps)
-    p.add_argument("--train-epochs", type=float, default=None,
-                   help="Train for this many passes over the training set instead of --train-steps "
-                   "(rounded up to whole global steps).")
-    p.add_argument("--train-batch-size", type=_int, default=d.train_batch_size,
-                   help="Images per step on each worker, split over its towers.")
-    p.add_argument("--eval-batch-size", type=_int, default=d.eval_batch_size,
-                   help="Images per evaluation step, split over the towers.")
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--data-dir",
+        required=True,
+        help="Directory (or gs:// path) with the TFRecords of generate_cifar10_tfrecords.py.",
+    )
+    p.add_argument(
+        "--job-dir",
+        default=None,
+        help="Directory (or gs:// path) for checkpoints, summaries and results. "
+        "Defaults to $AIP_MODEL_DIR's parent on Vertex AI.",
+    )
+    p.add_argument(
+        "--variable-strategy",
+        choices=["CPU", "GPU"],
+        default=d.variable_strategy,
+        help="Where variables live: CPU (a parameter-server layout) or spread over the GPUs.",
+    )
+    p.add_argument(
+        "--num-gpus", type=_int, default=d.num_gpus, help="GPUs to use, one tower each; 0 trains on the CPU."
+    )
+    p.add_argument(
+        "--num-cpu-towers",
+        type=_int,
+        default=d.num_cpu_towers,
+        help="With --num-gpus 0: run N towers on N CPU devices (tests the multi-GPU "
+        "logic on machines without GPUs; no speed-up).",
+    )
+    p.add_argument("--num-layers", type=_int, default=d.num_layers, help="ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...")
+    p.add_argument(
+        "--resnet-version",
+        choices=list(cifar10_model.VERSIONS),
+        default=d.resnet_version,
+        help="Residual unit: v1 (post-activation), v2 (pre-activation), bottleneck_v2 (9n+2).",
+    )
+    p.add_argument(
+        "--train-steps",
+        type=_int,
+        default=None,
+        help="Global steps to train to (a restarted job resumes towards it); default %d." % d.train_steps,
+    )
+    p.add_argument(
+        "--train-epochs",
+        type=float,
+        default=None,
+        help="Train for this many passes over the training set instead of --train-steps "
+        "(rounded up to whole global steps).",
+    )
+    p.add_argument(
+        "--train-batch-size",
+        type=_int,
+        default=d.train_batch_size,
+        help="Images per step on each worker, split over its towers.",
+    )
+    p.add_argument(
+        "--eval-batch-size",
+        type=_int,
+        default=d.eval_batch_size,
+        help="Images per evaluation step, split over the towers.",
+    )
     p.add_argument("--momentum", type=float, default=d.momentum)
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--learning-rate", type=float, default=d.learning_rate,
-                   help="Peak rate (per %d images with --lr-scaling linear)." % schedules.REFERENCE_BATCH)
-    p.add_argument("--lr-schedule", choices=schedules.SCHEDULES, default=d.lr_schedule,
-                   help="piecewise: x0.1, x0.01, x0.002 after epochs 82, 123, 300 (the original); "
-                   "cosine: half a cosine to 0 at the last step; onecycle: linear up, then linear to 0.")
-    p.add_argument("--lr-decay-steps", type=_int, nargs="+", default=None, metavar="STEP",
-                   help="piecewise only: divide the rate by 10 after each of these global steps "
-                   "(He et al. 2016: 32000 48000) instead of after epochs 82, 123, 300.")
-    p.add_argument("--warmup-epochs", type=float, default=None,
-                   help="Linear warm-up to the peak rate over these epochs (default 0; onecycle: "
-                   "the first 20%% of training).")
-    p.add_argument("--lr-scaling", choices=schedules.SCALINGS, default=d.lr_scaling,
-                   help="linear: multiply --learning-rate by global batch / %d (Goyal et al. 2017)."
-                   % schedules.REFERENCE_BATCH)
-    p.add_argument("--nesterov", action=_BoolFlag, default=d.nesterov,
-                   help="Nesterov momentum.")
-    p.add_argument("--label-smoothing", type=float, default=d.label_smoothing,
-                   help="Training targets (1 - e) one-hot + e/10 (Szegedy et al. 2016); "
-                   "evaluation reports the plain cross-entropy.")
-    p.add_argument("--precision", choices=list(COMPUTE_DTYPES), default=d.precision,
-                   help="Compute dtype of the network: fp32; bf16 (CPUs with AVX512-BF16/AMX, recent GPUs); "
-                   "fp16 with dynamic loss scaling (GPUs). Variables and checkpoints stay float32.")
-    p.add_argument("--eval-policy", choices=EVAL_POLICIES, default=d.eval_policy,
-                   help="periodic: evaluate the validation split after each checkpoint (the original); "
-                   "final: train without stopping, then evaluate once (short runs).")
-    p.add_argument("--eval-flip-tta", action=_BoolFlag, default=d.eval_flip_tta,
-                   help="Also report the final test accuracy with flip test-time augmentation "
-                   "(mean of the image's and its mirror's probabilities), as accuracy_flip_tta.")
-    p.add_argument("--validation-flip-tta", action=_BoolFlag, default=d.validation_flip_tta,
-                   help="Flip TTA in the validation evaluations during training too (a second forward pass "
-                   "each; --eval-flip-tta alone keeps it to the final test evaluation).")
-    p.add_argument("--export", action=_BoolFlag, default=d.export,
-                   help="Export SavedModels: the best by validation accuracy after each evaluation "
-                   "(JOB_DIR/export/best/<timestamp>) and the last checkpoint (JOB_DIR/export/final/<timestamp>).")
-    p.add_argument("--use-distortion-for-training", action=_BoolFlag,
-                   default=d.use_distortion_for_training,
-                   help="Pad, randomly crop and flip training images.")
-    p.add_argument("--sync", action="store_true",
-                   help="Synchronous distributed training (one update from all workers).")
-    p.add_argument("--num-intra-threads", type=_int, default=d.num_intra_threads,
-                   help="Threads inside one op; 0 lets TensorFlow choose.")
-    p.add_argument("--num-inter-threads", type=_int, default=d.num_inter_threads,
-                   help="Ops run in parallel; 0 lets TensorFlow choose.")
-    p.add_argument("--data-format", choices=DATA_FORMATS, default=None,
-                   help="Layout inside the model; default channels_first on GPUs, channels_last on CPUs.")
+    p.add_argument(
+        "--learning-rate",
+        type=float,
+        default=d.learning_rate,
+        help="Peak rate (per %d images with --lr-scaling linear)." % schedules.REFERENCE_BATCH,
+    )
+    p.add_argument(
+        "--lr-schedule",
+        choices=schedules.SCHEDULES,
+        default=d.lr_schedule,
+        help="piecewise: x0.1, x0.01, x0.002 after epochs 82, 123, 300 (the original); "
+        "cosine: half a cosine to 0 at the last step; onecycle: linear up, then linear to 0.",
+    )
+    p.add_argument(
+        "--lr-decay-steps",
+        type=_int,
+        nargs="+",
+        default=None,
+        metavar="STEP",
+        help="piecewise only: divide the rate by 10 after each of these global steps "
+        "(He et al. 2016: 32000 48000) instead of after epochs 82, 123, 300.",
+    )
+    p.add_argument(
+        "--warmup-epochs",
+        type=float,
+        default=None,
+        help="Linear warm-up to the peak rate over these epochs (default 0; onecycle: the first 20%% of training).",
+    )
+    p.add_argument(
+        "--lr-scaling",
+        choices=schedules.SCALINGS,
+        default=d.lr_scaling,
+        help="linear: multiply --learning-rate by global batch / %d (Goyal et al. 2017)." % schedules.REFERENCE_BATCH,
+    )
+    p.add_argument("--nesterov", action=_BoolFlag, default=d.nesterov, help="Nesterov momentum.")
+    p.add_argument(
+        "--label-smoothing",
+        type=float,
+        default=d.label_smoothing,
+        help="Training targets (1 - e) one-hot + e/10 (Szegedy et al. 2016); "
+        "evaluation reports the plain cross-entropy.",
+    )
+    p.add_argument(
+        "--precision",
+        choices=list(COMPUTE_DTYPES),
+        default=d.precision,
+        help="Compute dtype of the network: fp32; bf16 (CPUs with AVX512-BF16/AMX, recent GPUs); "
+        "fp16 with dynamic loss scaling (GPUs). Variables and checkpoints stay float32.",
+    )
+    p.add_argument(
+        "--eval-policy",
+        choices=EVAL_POLICIES,
+        default=d.eval_policy,
+        help="periodic: evaluate the validation split after each checkpoint (the original); "
+        "final: train without stopping, then evaluate once (short runs).",
+    )
+    p.add_argument(
+        "--eval-flip-tta",
+        action=_BoolFlag,
+        default=d.eval_flip_tta,
+        help="Also report the final test accuracy with flip test-time augmentation "
+        "(mean of the image's and its mirror's probabilities), as accuracy_flip_tta.",
+    )
+    p.add_argument(
+        "--validation-flip-tta",
+        action=_BoolFlag,
+        default=d.validation_flip_tta,
+        help="Flip TTA in the validation evaluations during training too (a second forward pass "
+        "each; --eval-flip-tta alone keeps it to the final test evaluation).",
+    )
+    p.add_argument(
+        "--export",
+        action=_BoolFlag,
+        default=d.export,
+        help="Export SavedModels: the best by validation accuracy after each evaluation "
+        "(JOB_DIR/export/best/<timestamp>) and the last checkpoint (JOB_DIR/export/final/<timestamp>).",
+    )
+    p.add_argument(
+        "--use-distortion-for-training",
+        action=_BoolFlag,
+        default=d.use_distortion_for_training,
+        help="Pad, randomly crop and flip training images.",
+    )
+    p.add_argument(
+        "--sync", action="store_true", help="Synchronous distributed training (one update from all workers)."
+    )
+    p.add_argument(
+        "--num-intra-threads",
+        type=_int,
+        default=d.num_intra_threads,
+        help="Threads inside one op; 0 lets TensorFlow choose.",
+    )
+    p.add_argument(
+        "--num-inter-threads",
+        type=_int,
+        default=d.num_inter_threads,
+        help="Ops run in parallel; 0 lets TensorFlow choose.",
+    )
+    p.add_argument(
+        "--data-format",
+        choices=DATA_FORMATS,
+        default=None,
+        help="Layout inside the model; default channels_first on GPUs, channels_last on CPUs.",
+    )
     p.add_argument("--log-device-placement", action="store_true")
     p.add_argument("--batch-norm-decay", type=float, default=d.batch_norm_decay)
     p.add_argument("--batch-norm-epsilon", type=float, default=d.batch_norm_epsilon)
-    p.add_argument("--seed", type=_int, default=None,
-                   help="Fixes initialisation, shuffling and distortion.")
-    p.add_argument("--deterministic", action="store_true",
-                   help="Deterministic ops (with --seed: identical runs on the CPU).")
-    p.add_argument("--save-checkpoints-steps", type=_int, default=None,
-                   help="Checkpoint (and then evaluate) every N steps instead of every "
-                   "--save-checkpoints-secs.")
+    p.add_argument("--seed", type=_int, default=None, help="Fixes initialisation, shuffling and distortion.")
+    p.add_argument(
+        "--deterministic", action="store_true", help="Deterministic ops (with --seed: identical runs on the CPU)."
+    )
+    p.add_argument(
+        "--save-checkpoints-steps",
+        type=_int,
+        default=None,
+        help="Checkpoint (and then evaluate) every N steps instead of every --save-checkpoints-secs.",
+    )
     p.add_argument("--save-checkpoints-secs", type=_int, default=d.save_checkpoints_secs)
-    p.add_argument("--eval-throttle-secs", type=_int, default=d.eval_throttle_secs,
-                   help="Do not evaluate more often than this.")
+    p.add_argument(
+        "--eval-throttle-secs", type=_int, default=d.eval_throttle_secs, help="Do not evaluate more often than this."
+    )
     p.add_argument("--keep-checkpoint-max", type=_int, default=d.keep_checkpoint_max)
-    p.add_argument("--log-every-n-steps", type=_int, default=d.log_every_n_steps,
-                   help="Log loss, learning rate, accuracy and examples/sec every N steps.")
-    p.add_argument("--ps-wait-secs", type=_int, default=d.ps_wait_secs,
-                   help="In a cluster, how long to wait for the parameter servers to answer before failing.")
-    p.add_argument("--verbose", action="store_true",
-                   help="Show TensorFlow's deprecation notices and the Estimator's bookkeeping lines "
-                   "(hidden by default: one progress line per --log-every-n-steps instead).")
-    p.add_argument("--histograms", action=_BoolFlag, default=d.histograms,
-                   help="Weight and gradient histograms of each layer in TensorBoard.")
+    p.add_argument(
+        "--log-every-n-steps",
+        type=_int,
+        default=d.log_every_n_steps,
+        help="Log loss, learning rate, accuracy and examples/sec every N steps.",
+    )
+    p.add_argument(
+        "--ps-wait-secs",
+        type=_int,
+        default=d.ps_wait_secs,
+        help="In a cluster, how long to wait for the parameter servers to answer before failing.",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="Show TensorFlow's deprecation notices and the Estimator's bookkeeping lines "
+        "(hidden by default: one progress line per --log-every-n-steps instead).",
+    )
+    p.add_argument(
+        "--histograms",
+        action=_BoolFlag,
+        default=d.histograms,
+        help="Weight and gradient histograms of each layer in TensorBoard.",
+    )
     h = p.add_argument_group(
-        "health rules", "Checked in the graph every --health-every-n-steps steps and after each evaluation; "
+        "health rules",
+        "Checked in the graph every --health-every-n-steps steps and after each evaluation; "
         "each is a TensorBoard scalar health/<rule>, a log line and a JOB_DIR/health.json record when it "
-        "fires. A NaN or infinite loss or gradient always stops training.")
-    h.add_argument("--health-checks", choices=HEALTH_ACTIONS, default=d.health_checks,
-                   help="What the rules do when they fire: off (not computed), warn, or stop training "
-                   "(exit status 4).")
+        "fires. A NaN or infinite loss or gradient always stops training.",
+    )
+    h.add_argument(
+        "--health-checks",
+        choices=HEALTH_ACTIONS,
+        default=d.health_checks,
+        help="What the rules do when they fire: off (not computed), warn, or stop training (exit status 4).",
+    )
     for f in health_thresholds():
-        h.add_argument(flag_name(f.name), type=_int if f.type == "int" else float, default=f.default,
-                       help=f.metadata["help"])
+        h.add_argument(
+            flag_name(f.name), type=_int if f.type == "int" else float, default=f.default, help=f.metadata["help"]
+        )
     return p
 
 

@@ -50,9 +50,9 @@ def cluster_spec(workers: int, ps: int, chief_role: str = "master"):
     ports = free_ports(1 + workers + ps)
     spec = {chief_role: ["%s:%d" % (HOST, ports[0])]}
     if workers:
-        spec["worker"] = ["%s:%d" % (HOST, p) for p in ports[1:1 + workers]]
+        spec["worker"] = ["%s:%d" % (HOST, p) for p in ports[1 : 1 + workers]]
     if ps:
-        spec["ps"] = ["%s:%d" % (HOST, p) for p in ports[1 + workers:]]
+        spec["ps"] = ["%s:%d" % (HOST, p) for p in ports[1 + workers :]]
     return spec
 
 
@@ -92,8 +92,9 @@ class Task(object):
 class LocalCluster(object):
     """The processes of one distributed training job on this machine."""
 
-    def __init__(self, trainer_args, workers=1, ps=1, evaluator=False, chief_role="master", trial=None,
-                 env=None, out=sys.stdout):
+    def __init__(
+        self, trainer_args, workers=1, ps=1, evaluator=False, chief_role="master", trial=None, env=None, out=sys.stdout
+    ):
         if chief_role not in ("master", "chief"):
             raise ValueError("chief_role %r must be master (AI Platform) or chief (Vertex AI)." % chief_role)
         if evaluator and chief_role == "master":
@@ -104,8 +105,12 @@ class LocalCluster(object):
         self.chief_role, self.trial, self.out = chief_role, trial, out
         self.env = dict(os.environ if env is None else env)
         self.spec = cluster_spec(workers, ps, chief_role)
-        self.roles = [(chief_role, 0)] + [("worker", i) for i in range(workers)] + \
-            [("ps", i) for i in range(ps)] + ([("evaluator", 0)] if evaluator else [])
+        self.roles = (
+            [(chief_role, 0)]
+            + [("worker", i) for i in range(workers)]
+            + [("ps", i) for i in range(ps)]
+            + ([("evaluator", 0)] if evaluator else [])
+        )
         self.tasks = {}
         self._lock = threading.Lock()
 
@@ -117,11 +122,15 @@ class LocalCluster(object):
 
     def start_task(self, role: str, index: int) -> Task:
         """Starts (or restarts, as the service does after a failure) one task."""
-        env = dict(self.env, TF_CONFIG=cluster_lib.tf_config(self.spec, role, index, self.trial),
-                   PYTHONUNBUFFERED="1")
-        process = subprocess.Popen(processes.trainer_command(self.trainer_args), env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   start_new_session=True)
+        env = dict(self.env, TF_CONFIG=cluster_lib.tf_config(self.spec, role, index, self.trial), PYTHONUNBUFFERED="1")
+        process = subprocess.Popen(
+            processes.trainer_command(self.trainer_args),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         task = Task(role, index, process, self.out, self._lock)
         self.tasks[(role, index)] = task
         return task
@@ -146,8 +155,9 @@ class LocalCluster(object):
                 match = regex.search(task.log())
                 if match:
                     return match
-                raise ClusterError("%s exited with %s before printing %r" % (task.name, task.process.returncode,
-                                                                            pattern))
+                raise ClusterError(
+                    "%s exited with %s before printing %r" % (task.name, task.process.returncode, pattern)
+                )
             time.sleep(0.2)
         raise ClusterError("%s did not print %r within %d s" % (role, pattern, timeout))
 
@@ -165,11 +175,14 @@ class LocalCluster(object):
                     code = task.process.poll()
                     if code not in (None, 0) and task.role != "ps":
                         task.join_output()
-                        raise ClusterError("%s failed with exit code %d; stopped the other tasks. Its last "
-                                           "lines:\n%s" % (task.name, code, "".join(task.lines[-15:])))
+                        raise ClusterError(
+                            "%s failed with exit code %d; stopped the other tasks. Its last "
+                            "lines:\n%s" % (task.name, code, "".join(task.lines[-15:]))
+                        )
                     if code is not None and task.role == "ps":
-                        raise ClusterError("%s exited with %d while the job was running; stopped the other "
-                                           "tasks." % (task.name, code))
+                        raise ClusterError(
+                            "%s exited with %d while the job was running; stopped the other tasks." % (task.name, code)
+                        )
                 chief = self.task(self.chief_role, 0)
                 if chief.process.poll() == 0 and chief_done_at is None:
                     chief_done_at = time.time()
@@ -178,8 +191,10 @@ class LocalCluster(object):
                     return 0
                 if chief_done_at is not None and time.time() > chief_done_at + grace:
                     running = [t.name for t in others if t.process.poll() is None]
-                    raise ClusterError("%s finished, but %s still ran %d s later; stopped them."
-                                       % (chief.name, ", ".join(running), grace))
+                    raise ClusterError(
+                        "%s finished, but %s still ran %d s later; stopped them."
+                        % (chief.name, ", ".join(running), grace)
+                    )
                 if time.time() > deadline:
                     raise ClusterError("the job did not finish within %d s; stopped every task." % timeout)
                 time.sleep(0.2)
@@ -211,21 +226,31 @@ def main(argv=None) -> int:
     own, trainer = processes.split_argv(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="python -m estimator.local_cluster",
-        description="Run python -m estimator.cifar10_main as a local distributed cluster. "
-        "Trainer flags follow --.")
+        description="Run python -m estimator.cifar10_main as a local distributed cluster. Trainer flags follow --.",
+    )
     parser.add_argument("--workers", type=int, default=1, help="Workers besides the master.")
     parser.add_argument("--ps", type=int, default=1, help="Parameter servers.")
     parser.add_argument("--evaluator", action="store_true", help="Add an evaluator task.")
-    parser.add_argument("--chief-role", choices=["master", "chief"], default="master",
-                        help="master as on AI Platform, chief as on Vertex AI.")
+    parser.add_argument(
+        "--chief-role",
+        choices=["master", "chief"],
+        default="master",
+        help="master as on AI Platform, chief as on Vertex AI.",
+    )
     parser.add_argument("--trial", default=None, help="A tuning trial id to put into TF_CONFIG.")
     parser.add_argument("--timeout", type=float, default=24 * 3600, help="Stop everything after this many seconds.")
     args = parser.parse_args(own)
     if not trainer:
         parser.error("give the trainer's flags after --, e.g. -- --data-dir DIR --job-dir DIR --num-gpus 0")
     try:
-        cluster = LocalCluster(trainer, workers=args.workers, ps=args.ps, evaluator=args.evaluator,
-                               chief_role=args.chief_role, trial=args.trial)
+        cluster = LocalCluster(
+            trainer,
+            workers=args.workers,
+            ps=args.ps,
+            evaluator=args.evaluator,
+            chief_role=args.chief_role,
+            trial=args.trial,
+        )
     except ValueError as e:
         parser.error(str(e))
     print("Cluster: %s" % json.dumps(cluster.spec), flush=True)

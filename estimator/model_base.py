@@ -24,8 +24,14 @@ COMPUTE_DTYPES = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
 class ResNet(object):
     """Layers and residual units shared by ResNet variants."""
 
-    def __init__(self, is_training: bool, data_format: str, batch_norm_decay: float,
-                 batch_norm_epsilon: float, precision: str = "fp32"):
+    def __init__(
+        self,
+        is_training: bool,
+        data_format: str,
+        batch_norm_decay: float,
+        batch_norm_epsilon: float,
+        precision: str = "fp32",
+    ):
         """
         Args:
           is_training: batch norm uses batch statistics and records moving averages.
@@ -75,20 +81,23 @@ class ResNet(object):
             # (as the original tutorial and the Model Garden ResNets do).
             pad = kernel_size - 1
             begin, end = pad // 2, pad - pad // 2
-            pads = [[0, 0], [0, 0], [begin, end], [begin, end]] if self._nchw else \
-                [[0, 0], [begin, end], [begin, end], [0, 0]]
+            pads = (
+                [[0, 0], [0, 0], [begin, end], [begin, end]]
+                if self._nchw
+                else [[0, 0], [begin, end], [begin, end], [0, 0]]
+            )
             x = tf.pad(x, pads)
             padding = "VALID"
         with v1.variable_scope(name):
             kernel = v1.get_variable(
-                "kernel", [kernel_size, kernel_size, in_filters, filters],
+                "kernel",
+                [kernel_size, kernel_size, in_filters, filters],
                 # He et al. 2015 (arXiv:1502.01852), the init the ResNet papers use.
-                initializer=v1.variance_scaling_initializer(scale=2.0, mode="fan_in",
-                                                             distribution="truncated_normal"))
+                initializer=v1.variance_scaling_initializer(scale=2.0, mode="fan_in", distribution="truncated_normal"),
+            )
         # A float32 variable cast where it is used: its gradient comes back float32.
         kernel = tf.cast(kernel, x.dtype)
-        return tf.nn.conv2d(x, kernel, self._strides(strides), padding,
-                            data_format="NCHW" if self._nchw else "NHWC")
+        return tf.nn.conv2d(x, kernel, self._strides(strides), padding, data_format="NCHW" if self._nchw else "NHWC")
 
     def _batch_norm(self, x, name: str = "bn"):
         channels = int(x.shape[self._channel_axis])
@@ -96,25 +105,39 @@ class ResNet(object):
             gamma = v1.get_variable("gamma", [channels], initializer=v1.ones_initializer())
             beta = v1.get_variable("beta", [channels], initializer=v1.zeros_initializer())
             stat_collections = [v1.GraphKeys.GLOBAL_VARIABLES, v1.GraphKeys.MOVING_AVERAGE_VARIABLES]
-            moving_mean = v1.get_variable("moving_mean", [channels], trainable=False,
-                                          initializer=v1.zeros_initializer(),
-                                          collections=stat_collections)
-            moving_variance = v1.get_variable("moving_variance", [channels], trainable=False,
-                                              initializer=v1.ones_initializer(),
-                                              collections=stat_collections)
+            moving_mean = v1.get_variable(
+                "moving_mean",
+                [channels],
+                trainable=False,
+                initializer=v1.zeros_initializer(),
+                collections=stat_collections,
+            )
+            moving_variance = v1.get_variable(
+                "moving_variance",
+                [channels],
+                trainable=False,
+                initializer=v1.ones_initializer(),
+                collections=stat_collections,
+            )
         data_format = "NCHW" if self._nchw else "NHWC"
         if not self._is_training:
-            y, _, _ = v1.nn.fused_batch_norm(x, gamma, beta, mean=moving_mean,
-                                             variance=moving_variance,
-                                             epsilon=self._batch_norm_epsilon,
-                                             data_format=data_format, is_training=False)
+            y, _, _ = v1.nn.fused_batch_norm(
+                x,
+                gamma,
+                beta,
+                mean=moving_mean,
+                variance=moving_variance,
+                epsilon=self._batch_norm_epsilon,
+                data_format=data_format,
+                is_training=False,
+            )
             return y
-        y, mean, variance = v1.nn.fused_batch_norm(x, gamma, beta, epsilon=self._batch_norm_epsilon,
-                                                   data_format=data_format, is_training=True)
+        y, mean, variance = v1.nn.fused_batch_norm(
+            x, gamma, beta, epsilon=self._batch_norm_epsilon, data_format=data_format, is_training=True
+        )
         rate = 1.0 - self._batch_norm_decay
         for var, value in ((moving_mean, mean), (moving_variance, variance)):
-            v1.add_to_collection(v1.GraphKeys.UPDATE_OPS,
-                                 v1.assign_sub(var, (var - value) * rate))
+            v1.add_to_collection(v1.GraphKeys.UPDATE_OPS, v1.assign_sub(var, (var - value) * rate))
         return y
 
     def _relu(self, x):
@@ -127,8 +150,9 @@ class ResNet(object):
             # Small weights make the initial logits nearly equal, so the loss
             # starts at ln(10) = 2.303 (Karpathy, "A recipe for training
             # neural networks": verify the loss at init).
-            w = v1.get_variable("kernel", [int(x.shape[-1]), out_dim],
-                                initializer=v1.random_normal_initializer(stddev=0.01))
+            w = v1.get_variable(
+                "kernel", [int(x.shape[-1]), out_dim], initializer=v1.random_normal_initializer(stddev=0.01)
+            )
             b = v1.get_variable("bias", [out_dim], initializer=v1.zeros_initializer())
         return tf.matmul(x, w) + b
 
@@ -143,10 +167,10 @@ class ResNet(object):
         fast (4.4 ms against 4.3 ms forward and backward on [128, 32, 32, 16]).
         """
         channels = int(x.shape[self._channel_axis])
-        kernel = tf.fill([pool_size, pool_size, channels, 1],
-                         tf.constant(1.0 / (pool_size * pool_size), x.dtype))
-        return tf.nn.depthwise_conv2d(x, kernel, self._strides(stride), "VALID",
-                                      data_format="NCHW" if self._nchw else "NHWC")
+        kernel = tf.fill([pool_size, pool_size, channels, 1], tf.constant(1.0 / (pool_size * pool_size), x.dtype))
+        return tf.nn.depthwise_conv2d(
+            x, kernel, self._strides(stride), "VALID", data_format="NCHW" if self._nchw else "NHWC"
+        )
 
     def _global_avg_pool(self, x):
         """Averages each map in float32: the classifier and the loss stay float32."""
@@ -154,8 +178,7 @@ class ResNet(object):
 
     def _pad_channels(self, x, in_filter: int, out_filter: int):
         pad = (out_filter - in_filter) // 2
-        pads = [[0, 0], [pad, pad], [0, 0], [0, 0]] if self._nchw else \
-            [[0, 0], [0, 0], [0, 0], [pad, pad]]
+        pads = [[0, 0], [pad, pad], [0, 0], [0, 0]] if self._nchw else [[0, 0], [0, 0], [0, 0], [pad, pad]]
         return tf.pad(x, pads)
 
     # -- residual units -----------------------------------------------------
@@ -170,8 +193,7 @@ class ResNet(object):
             x = self._conv(x, kernel_size, out_filter, 1, name="conv2")
             x = self._batch_norm(x, name="bn2")
             if in_filter != out_filter:
-                shortcut = self._pad_channels(self._avg_pool(shortcut, stride, stride),
-                                              in_filter, out_filter)
+                shortcut = self._pad_channels(self._avg_pool(shortcut, stride, stride), in_filter, out_filter)
             return self._relu(x + shortcut)
 
     def _preactivate(self, x, activate_before_residual: bool):
@@ -183,8 +205,7 @@ class ResNet(object):
         activated = self._relu(self._batch_norm(x, name="bn1"))
         return activated, activated if activate_before_residual else x
 
-    def _residual_v2(self, x, in_filter, out_filter, stride, activate_before_residual=False,
-                     name="residual_v2"):
+    def _residual_v2(self, x, in_filter, out_filter, stride, activate_before_residual=False, name="residual_v2"):
         """Pre-activation unit of He et al. 2016b (arXiv:1603.05027)."""
         with v1.variable_scope(name):
             x, shortcut = self._preactivate(x, activate_before_residual)
@@ -192,12 +213,12 @@ class ResNet(object):
             x = self._relu(self._batch_norm(x, name="bn2"))
             x = self._conv(x, 3, out_filter, 1, name="conv2")
             if in_filter != out_filter:
-                shortcut = self._pad_channels(self._avg_pool(shortcut, stride, stride),
-                                              in_filter, out_filter)
+                shortcut = self._pad_channels(self._avg_pool(shortcut, stride, stride), in_filter, out_filter)
             return x + shortcut
 
-    def _bottleneck_residual_v2(self, x, in_filter, out_filter, stride,
-                                activate_before_residual=False, name="bottleneck_v2"):
+    def _bottleneck_residual_v2(
+        self, x, in_filter, out_filter, stride, activate_before_residual=False, name="bottleneck_v2"
+    ):
         """Pre-activation bottleneck unit (1x1, 3x3, 1x1) with a projection shortcut."""
         with v1.variable_scope(name):
             x, shortcut = self._preactivate(x, activate_before_residual)

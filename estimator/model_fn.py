@@ -42,6 +42,7 @@ LEARNING_RATE = "learning_rate:0"
 def _op_name(tensor_name: str) -> str:
     return tensor_name.split(":")[0]
 
+
 TowerOutput = collections.namedtuple("TowerOutput", "logits loss cross_entropy grads_and_vars")
 
 
@@ -69,8 +70,15 @@ def per_example_cross_entropy(logits, labels, label_smoothing: float = 0.0):
     return (1.0 - label_smoothing) * xent + label_smoothing * uniform
 
 
-def tower_fn(model, images, labels, weight_decay: float, compute_gradients: bool = True,
-             label_smoothing: float = 0.0, optimizer=None):
+def tower_fn(
+    model,
+    images,
+    labels,
+    weight_decay: float,
+    compute_gradients: bool = True,
+    label_smoothing: float = 0.0,
+    optimizer=None,
+):
     """Builds one tower.
 
     Args:
@@ -92,12 +100,12 @@ def tower_fn(model, images, labels, weight_decay: float, compute_gradients: bool
         return TowerOutput(logits, None, None, None)
     weights = example_weights(labels)
     count = tf.reduce_sum(weights)
-    cross_entropy = tf.math.divide_no_nan(
-        tf.reduce_sum(per_example_cross_entropy(logits, labels) * weights), count)
+    cross_entropy = tf.math.divide_no_nan(tf.reduce_sum(per_example_cross_entropy(logits, labels) * weights), count)
     objective = cross_entropy
     if label_smoothing:
         objective = tf.math.divide_no_nan(
-            tf.reduce_sum(per_example_cross_entropy(logits, labels, label_smoothing) * weights), count)
+            tf.reduce_sum(per_example_cross_entropy(logits, labels, label_smoothing) * weights), count
+        )
     params = v1.trainable_variables()
     loss = objective + weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in params])
     grads_and_vars = None
@@ -143,17 +151,29 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, 
     params_device = devices.parameter_devices(hp.variable_strategy, tower_list)
     outputs, update_ops, first = [], [], None
     for i, device in enumerate(tower_list):
-        with tf.name_scope("tower_%d" % i) as scope, \
-                v1.variable_scope("resnet", reuse=reuse or bool(i)), \
-                v1.device(devices.device_setter(device, params_device)):
-            model = ResNetCifar10(hp.num_layers, is_training=is_training,
-                                  batch_norm_decay=hp.batch_norm_decay,
-                                  batch_norm_epsilon=hp.batch_norm_epsilon,
-                                  data_format=hp.data_format, version=hp.resnet_version,
-                                  precision=hp.precision)
-            outputs.append(tower_fn(model, image_shards[i], label_shards[i], hp.weight_decay,
-                                    compute_gradients=is_training, optimizer=optimizer,
-                                    label_smoothing=hp.label_smoothing if is_training else 0.0))
+        with tf.name_scope("tower_%d" % i) as scope, v1.variable_scope("resnet", reuse=reuse or bool(i)), v1.device(
+            devices.device_setter(device, params_device)
+        ):
+            model = ResNetCifar10(
+                hp.num_layers,
+                is_training=is_training,
+                batch_norm_decay=hp.batch_norm_decay,
+                batch_norm_epsilon=hp.batch_norm_epsilon,
+                data_format=hp.data_format,
+                version=hp.resnet_version,
+                precision=hp.precision,
+            )
+            outputs.append(
+                tower_fn(
+                    model,
+                    image_shards[i],
+                    label_shards[i],
+                    hp.weight_decay,
+                    compute_gradients=is_training,
+                    optimizer=optimizer,
+                    label_smoothing=hp.label_smoothing if is_training else 0.0,
+                )
+            )
             if i == 0:
                 first = model
                 # Moving averages from the first tower only, as the original: they
@@ -196,8 +216,9 @@ def _training_spec(hp, features, labels, mode, config):
         learning_rate = tf.identity(hp.schedule.learning_rate(global_step), name=_op_name(LEARNING_RATE))
         base = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum, use_nesterov=hp.nesterov)
         scaled = loss_scale_optimizer(base, hp.precision)
-    outputs, update_ops, first_model = build_towers(hp, features, labels, mode,
-                                                    optimizer=scaled if scaled is not base else None)
+    outputs, update_ops, first_model = build_towers(
+        hp, features, labels, mode, optimizer=scaled if scaled is not base else None
+    )
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
         logits = tf.concat([o.logits for o in outputs], axis=0)
         predictions = predictions_of(logits)
@@ -210,15 +231,25 @@ def _training_spec(hp, features, labels, mode, config):
         if hp.precision != "fp16":
             nonfinite.add_gradient_flags(gradvars)
         if hp.health_checks != "off":
-            probes.add(gradvars, learning_rate, hp.weight_decay, first_model.scaled_input,
-                       first_model.relu_outputs, hp.data_format, features, labels)
+            probes.add(
+                gradvars,
+                learning_rate,
+                hp.weight_decay,
+                first_model.scaled_input,
+                first_model.relu_outputs,
+                hp.data_format,
+                features,
+                labels,
+            )
         optimizer = scaled
         training_hooks = []
         if hp.sync:
             optimizer = v1.train.SyncReplicasOptimizer(
-                optimizer, replicas_to_aggregate=hp.num_workers, total_num_replicas=hp.num_workers)
-            training_hooks.append(hooks_lib.SyncReplicasHook(optimizer, config.is_chief if config else True,
-                                                             num_workers=hp.num_workers))
+                optimizer, replicas_to_aggregate=hp.num_workers, total_num_replicas=hp.num_workers
+            )
+            training_hooks.append(
+                hooks_lib.SyncReplicasHook(optimizer, config.is_chief if config else True, num_workers=hp.num_workers)
+            )
         minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
         train_op = tf.group(minimize, *update_ops)
 
@@ -233,14 +264,16 @@ def _training_spec(hp, features, labels, mode, config):
                 train_op = _count_skipped_steps(train_op, gradvars, scaled)
         if hp.histograms:
             _histograms(gradvars)
-    return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, train_op=train_op,
-                                      training_hooks=training_hooks)
+    return tf.estimator.EstimatorSpec(
+        mode, loss=loss, predictions=predictions, train_op=train_op, training_hooks=training_hooks
+    )
 
 
 def _histograms(gradvars):
     """Weights and gradients of each layer's kernel (where a layer stops learning shows
     first). Non-finite values are zeroed: the histogram op fails on them, and an fp16
     overflow step or a NaN must reach the hooks that explain it, not end in a traceback."""
+
     def finite(t):
         return tf.where(tf.math.is_finite(t), t, tf.zeros_like(t))
 
@@ -255,8 +288,14 @@ def _count_skipped_steps(train_op, gradvars, optimizer):
     """Counts the fp16 steps the loss-scale optimizer skipped in this process; the count
     and the loss scale go to TensorBoard."""
     finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in gradvars])
-    skipped = v1.get_variable("skipped_steps", [], tf.int64, initializer=v1.zeros_initializer(),
-                              trainable=False, collections=[v1.GraphKeys.LOCAL_VARIABLES])
+    skipped = v1.get_variable(
+        "skipped_steps",
+        [],
+        tf.int64,
+        initializer=v1.zeros_initializer(),
+        trainable=False,
+        collections=[v1.GraphKeys.LOCAL_VARIABLES],
+    )
     count = v1.assign_add(skipped, tf.cast(tf.logical_not(finite), tf.int64))
     scale = [v for v in optimizer.variables() if "current_loss_scale" in v.name][0]
     v1.summary.scalar("loss_scale", scale)
@@ -270,12 +309,12 @@ def _flip_tta_accuracy(hp, images, labels, logits, weights):
     Training flips images at random, so the mirror is as good a view as the
     original; reported beside the plain accuracy, never instead of it.
     """
-    flipped, _, _ = build_towers(hp, tf.reverse(images, axis=[2]), labels, tf.estimator.ModeKeys.EVAL,
-                                 reuse=True)
+    flipped, _, _ = build_towers(hp, tf.reverse(images, axis=[2]), labels, tf.estimator.ModeKeys.EVAL, reuse=True)
     flipped_logits = tf.concat([o.logits for o in flipped], axis=0)
     probabilities = tf.nn.softmax(logits) + tf.nn.softmax(flipped_logits)
-    return v1.metrics.accuracy(tf.maximum(labels, 0), tf.argmax(probabilities, axis=1, output_type=tf.int32),
-                               weights=weights)
+    return v1.metrics.accuracy(
+        tf.maximum(labels, 0), tf.argmax(probabilities, axis=1, output_type=tf.int32), weights=weights
+    )
 
 
 def model_fn(features, labels, mode, params, config=None):
@@ -293,15 +332,12 @@ def model_fn(features, labels, mode, params, config=None):
         loss = tf.reduce_mean([o.loss for o in outputs], name=_op_name(TOTAL_LOSS))
         weights = example_weights(labels)
         metrics = {
-            "accuracy": v1.metrics.accuracy(tf.maximum(labels, 0), predictions["classes"],
-                                            weights=weights),
+            "accuracy": v1.metrics.accuracy(tf.maximum(labels, 0), predictions["classes"], weights=weights),
             # Exact over the images; the Estimator's "loss" averages batch losses.
-            "cross_entropy": v1.metrics.mean(per_example_cross_entropy(logits, labels),
-                                             weights=weights),
+            "cross_entropy": v1.metrics.mean(per_example_cross_entropy(logits, labels), weights=weights),
             "eval_examples": eval_metrics.sum_metric(weights, "eval_examples"),
         }
         metrics.update(eval_metrics.class_metrics(features, labels, predictions, weights))
         if hp.eval_flip_tta:
             metrics["accuracy_flip_tta"] = _flip_tta_accuracy(hp, features, labels, logits, weights)
-        return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions,
-                                          eval_metric_ops=metrics)
+        return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, eval_metric_ops=metrics)

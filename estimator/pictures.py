@@ -57,8 +57,9 @@ def batch_grid(images, labels) -> bytes:
 def mistakes_png(images, true, predicted, confidence) -> bytes:
     """Misclassified images titled "true -> predicted (confidence)"; unused slots (confidence < 0) left out."""
     keep = [i for i in range(len(confidence)) if confidence[i] >= 0]
-    titles = ["%s->%s %.2f" % (fmt.CLASS_NAMES[int(true[i])], fmt.CLASS_NAMES[int(predicted[i])], confidence[i])
-              for i in keep]
+    titles = [
+        "%s->%s %.2f" % (fmt.CLASS_NAMES[int(true[i])], fmt.CLASS_NAMES[int(predicted[i])], confidence[i]) for i in keep
+    ]
     return png(_grid([images[i] for i in keep], titles)) if keep else b""
 
 
@@ -76,8 +77,15 @@ def confusion_png(matrix, title: str = "") -> bytes:
     ax.set_ylabel("true")
     for i in range(fmt.NUM_CLASSES):
         for j in range(fmt.NUM_CLASSES):
-            ax.text(j, i, "%d" % matrix[i, j], ha="center", va="center", fontsize=7,
-                    color="white" if rows[i, j] > 0.5 else "black")
+            ax.text(
+                j,
+                i,
+                "%d" % matrix[i, j],
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if rows[i, j] > 0.5 else "black",
+            )
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()

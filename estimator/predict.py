@@ -48,8 +48,12 @@ def print_predictions(rows, k: int, as_json: bool, out=sys.stdout) -> None:
     for path, index, probabilities in rows:
         class_id = int(np.argmax(probabilities))
         if as_json:
-            row = {"file": path, "class_id": class_id, "class": fmt.CLASS_NAMES[class_id],
-                   "probabilities": [float(x) for x in probabilities]}
+            row = {
+                "file": path,
+                "class_id": class_id,
+                "class": fmt.CLASS_NAMES[class_id],
+                "probabilities": [float(x) for x in probabilities],
+            }
             if index is not None:
                 row["index"] = index
             print(json.dumps(row), file=out)
@@ -64,10 +68,16 @@ def main(argv=None) -> int:
     parser.add_argument("--records", help="Score a TFRecord split (e.g. DATA_DIR/eval.tfrecords).")
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="One JSON object per line.")
-    parser.add_argument("--confusion-matrix", default="confusion_matrix.png",
-                        help="With --records: where to save the confusion matrix picture.")
-    parser.add_argument("--vertex-request", action="store_true",
-                        help="Print a Vertex AI / TF Serving JSON request for the image files instead.")
+    parser.add_argument(
+        "--confusion-matrix",
+        default="confusion_matrix.png",
+        help="With --records: where to save the confusion matrix picture.",
+    )
+    parser.add_argument(
+        "--vertex-request",
+        action="store_true",
+        help="Print a Vertex AI / TF Serving JSON request for the image files instead.",
+    )
     args = parser.parse_args(argv)
     try:
         if args.vertex_request:

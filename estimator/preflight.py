@@ -26,9 +26,12 @@ def parse(argv=None):
     parser = hparams_lib.build_parser()
     parser.prog = "python -m estimator.preflight"
     parser.description = "Checks data, model and training set-up before a run (about a minute on a CPU)."
-    parser.add_argument("--output", default=None,
-                        help="Where preflight.json and training_batch.png go "
-                        "(default JOB_DIR/preflight, or ./preflight without --job-dir).")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="Where preflight.json and training_batch.png go "
+        "(default JOB_DIR/preflight, or ./preflight without --job-dir).",
+    )
     args = parser.parse_args(argv)
     output = args.output or (storage.join(args.job_dir, "preflight") if args.job_dir else "preflight")
     # Pre-flight trains nothing: it checks this machine's network as the trainer would build it
@@ -46,16 +49,25 @@ def main(argv=None) -> int:
     hp, output = parse(argv)
     from estimator.health import before_run
 
-    print("Pre-flight checks of ResNet-%d %s (%s, %s) on %s" % (hp.num_layers, hp.resnet_version, hp.precision,
-                                                                  hp.data_format, hp.data_dir))
+    print(
+        "Pre-flight checks of ResNet-%d %s (%s, %s) on %s"
+        % (hp.num_layers, hp.resnet_version, hp.precision, hp.data_format, hp.data_dir)
+    )
     print("%-32s %-6s  %s" % ("check", "result", "detail"))
     checks = before_run.run_checks(hp, output, log=print)
     failed = [c.name for c in checks if not c.passed]
-    storage.write_text(storage.join(output, "preflight.json"), json.dumps(
-        [c._asdict() for c in checks], indent=2) + "\n")
-    print("%d of %d checks passed%s; details in %s" % (
-        len(checks) - len(failed), len(checks), (": FAILED " + ", ".join(failed)) if failed else "",
-        storage.join(output, "preflight.json")))
+    storage.write_text(
+        storage.join(output, "preflight.json"), json.dumps([c._asdict() for c in checks], indent=2) + "\n"
+    )
+    print(
+        "%d of %d checks passed%s; details in %s"
+        % (
+            len(checks) - len(failed),
+            len(checks),
+            (": FAILED " + ", ".join(failed)) if failed else "",
+            storage.join(output, "preflight.json"),
+        )
+    )
     return 1 if failed else 0
 
 

@@ -69,8 +69,7 @@ def peak_learning_rate(learning_rate: float, global_batch: int, scaling: str = "
     return learning_rate
 
 
-def warmup_steps(schedule: str, warmup_epochs, total_steps: int, num_train_examples: int,
-                 global_batch: int) -> int:
+def warmup_steps(schedule: str, warmup_epochs, total_steps: int, num_train_examples: int, global_batch: int) -> int:
     """Warm-up length in global steps; ``warmup_epochs`` None means the schedule's default."""
     if warmup_epochs is None:
         if schedule == "onecycle":
@@ -92,8 +91,9 @@ def piecewise_boundaries(num_train_examples: int, global_batch: int):
     return [per_epoch * epochs for epochs in DECAY_EPOCHS]
 
 
-def learning_rate(step, schedule: str, peak: float, total_steps: int, warmup: int = 0,
-                  boundaries=(), factors=DECAY_FACTORS[1:]):
+def learning_rate(
+    step, schedule: str, peak: float, total_steps: int, warmup: int = 0, boundaries=(), factors=DECAY_FACTORS[1:]
+):
     """The learning rate at global step ``step`` (an integer tensor), as a float32 tensor.
 
     Args:
@@ -146,8 +146,17 @@ class Schedule:
     factors: tuple = ()
 
     @classmethod
-    def resolve(cls, name: str, learning_rate: float, scaling: str, total_steps: int, warmup_epochs,
-                decay_steps, num_train_examples: int, global_batch: int) -> Schedule:
+    def resolve(
+        cls,
+        name: str,
+        learning_rate: float,
+        scaling: str,
+        total_steps: int,
+        warmup_epochs,
+        decay_steps,
+        num_train_examples: int,
+        global_batch: int,
+    ) -> Schedule:
         """From the flags: ``--lr-decay-steps`` (x0.1 each) or the tutorial's epochs for piecewise."""
         boundaries, factors = (), ()
         if name == "piecewise" and decay_steps:
@@ -155,9 +164,14 @@ class Schedule:
         elif name == "piecewise":
             boundaries = tuple(piecewise_boundaries(num_train_examples, global_batch))
             factors = DECAY_FACTORS[1:]
-        return cls(name, peak_learning_rate(learning_rate, global_batch, scaling), total_steps,
-                   warmup_steps(name, warmup_epochs, total_steps, num_train_examples, global_batch),
-                   boundaries, factors)
+        return cls(
+            name,
+            peak_learning_rate(learning_rate, global_batch, scaling),
+            total_steps,
+            warmup_steps(name, warmup_epochs, total_steps, num_train_examples, global_batch),
+            boundaries,
+            factors,
+        )
 
     @property
     def values(self):
@@ -166,5 +180,4 @@ class Schedule:
 
     def learning_rate(self, step):
         """The rate at ``step`` (an integer tensor), a float32 tensor (``learning_rate``)."""
-        return learning_rate(step, self.name, self.peak, self.total_steps, self.warmup, self.boundaries,
-                             self.factors)
+        return learning_rate(step, self.name, self.peak, self.total_steps, self.warmup, self.boundaries, self.factors)

@@ -38,7 +38,7 @@ def split_gcs(path: str):
     """``gs://bucket/a/b`` -> ``("bucket", "a/b")``."""
     if not is_gcs(path):
         raise ValueError("Not a gs:// path: %r" % path)
-    bucket, _, name = path[len(GCS_PREFIX):].partition("/")
+    bucket, _, name = path[len(GCS_PREFIX) :].partition("/")
     if not bucket:
         raise ValueError("%r names no bucket: use gs://BUCKET/PATH." % path)
     return bucket, name
@@ -112,15 +112,13 @@ def list_names(directory: str):
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         names = set()
         for blob in _client().list_blobs(bucket, prefix=prefix):
-            rest = blob.name[len(prefix):]
+            rest = blob.name[len(prefix) :]
             if rest and "/" not in rest:
                 names.add(rest)
         return sorted(names)
     if not os.path.isdir(directory):
         return []
-    return sorted(
-        n for n in os.listdir(directory) if os.path.isfile(os.path.join(directory, n))
-    )
+    return sorted(n for n in os.listdir(directory) if os.path.isfile(os.path.join(directory, n)))
 
 
 def remove(path: str) -> None:

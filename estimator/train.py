@@ -187,7 +187,10 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
         results["accuracy_flip_tta"] = float(test["accuracy_flip_tta"])
     logs.info(
         "Final test evaluation at step %d: accuracy %.4f, loss %.4f on %d images",
-        results["global_step"], results["accuracy"], results["loss"], results["eval_examples"],
+        results["global_step"],
+        results["accuracy"],
+        results["loss"],
+        results["eval_examples"],
     )
     config.write_json(storage.join(hp.job_dir, RESULTS_FILE), results)
     try:
@@ -204,9 +207,16 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
     logs.info(
         "ResNet-%d %s, %s, %d steps of %d images, %s schedule (peak learning rate %.4g), %d tower(s) on "
         "%s, %d images per tower per step; all hyperparameters in %s",
-        hp.num_layers, hp.resnet_version, hp.precision, hp.train_steps, derived["global_batch_size"],
-        derived["learning_rate_schedule"], derived["peak_learning_rate"], len(derived["towers"]),
-        ", ".join(derived["towers"]), derived["per_tower_batch_size"],
+        hp.num_layers,
+        hp.resnet_version,
+        hp.precision,
+        hp.train_steps,
+        derived["global_batch_size"],
+        derived["learning_rate_schedule"],
+        derived["peak_learning_rate"],
+        len(derived["towers"]),
+        ", ".join(derived["towers"]),
+        derived["per_tower_batch_size"],
         storage.join(hp.job_dir, config.HPARAMS_FILE),
     )
 

@@ -38,14 +38,21 @@ def check_trainer_flags(trainer_flags, job_dir: str):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     own, trainer_flags = processes.split_argv(argv)
-    parser = argparse.ArgumentParser(prog="python -m estimator.tune", description=__doc__.split("\n")[0],
-                                     usage="%(prog)s --config YAML --job-dir DIR [options] -- <trainer flags>")
+    parser = argparse.ArgumentParser(
+        prog="python -m estimator.tune",
+        description=__doc__.split("\n")[0],
+        usage="%(prog)s --config YAML --job-dir DIR [options] -- <trainer flags>",
+    )
     parser.add_argument("--config", required=True, help="A job YAML with trainingInput.hyperparameters.")
     parser.add_argument("--job-dir", required=True, help="The study's directory: study.db, one directory per trial.")
     parser.add_argument("--max-trials", type=int, default=None, help="Overrides maxTrials.")
-    parser.add_argument("--parallel-trials", type=int, default=None,
-                        help="Trials at once (default maxParallelTrials, at most the number of cores); "
-                        "each gets its share of the cores.")
+    parser.add_argument(
+        "--parallel-trials",
+        type=int,
+        default=None,
+        help="Trials at once (default maxParallelTrials, at most the number of cores); "
+        "each gets its share of the cores.",
+    )
     parser.add_argument("--seed", type=int, default=None, help="Seeds the sampler.")
     args = parser.parse_args(own)
     try:
@@ -71,11 +78,22 @@ def main(argv=None) -> int:
     parallel = args.parallel_trials or min(study_spec.max_parallel_trials, os.cpu_count() or 1)
     extra = study.trainer_defaults(trainer_flags, study_spec, parallel, hp.train_steps)
     os.makedirs(args.job_dir, exist_ok=True)
-    coordinator = study.Coordinator(study_spec, args.job_dir, trainer_flags, max_trials, parallel, seed=args.seed,
-                                    extra_flags=extra)
-    print("Study %r in %s: %s, goal %s %s, %d trial(s), %d at a time%s" % (
-        coordinator.study_name, os.path.abspath(args.job_dir), study_spec.algorithm, study_spec.goal,
-        study_spec.metric, max_trials, parallel, ", early stopping (median rule)" if study_spec.early_stopping else ""))
+    coordinator = study.Coordinator(
+        study_spec, args.job_dir, trainer_flags, max_trials, parallel, seed=args.seed, extra_flags=extra
+    )
+    print(
+        "Study %r in %s: %s, goal %s %s, %d trial(s), %d at a time%s"
+        % (
+            coordinator.study_name,
+            os.path.abspath(args.job_dir),
+            study_spec.algorithm,
+            study_spec.goal,
+            study_spec.metric,
+            max_trials,
+            parallel,
+            ", early stopping (median rule)" if study_spec.early_stopping else "",
+        )
+    )
     status = 0
     try:
         result = coordinator.run()
@@ -88,8 +106,15 @@ def main(argv=None) -> int:
     paths = report.write(args.job_dir, result, study_spec)
     best = report.best_trial(result)
     if best is not None:
-        print("Best trial %s: %s %.4f with %s" % (best.user_attrs["trial_id"], study_spec.metric, best.value,
-                                                 " ".join("--%s=%s" % kv for kv in best.user_attrs["values"].items())))
+        print(
+            "Best trial %s: %s %.4f with %s"
+            % (
+                best.user_attrs["trial_id"],
+                study_spec.metric,
+                best.value,
+                " ".join("--%s=%s" % kv for kv in best.user_attrs["values"].items()),
+            )
+        )
         print("  python %s" % best.user_attrs["command"])
     print("Wrote %s and %s" % (paths["csv"], paths["png"]))
     return status

@@ -30,31 +30,51 @@ def main(argv=None) -> int:
     parser.add_argument("kind", choices=["custom-job", "hp-tuning-job"])
     parser.add_argument("--config", required=True, help="cmle_config.yaml or hptuning_config.yaml.")
     parser.add_argument("--package-uri", default=None, help="gs:// URI of the package's sdist.")
-    parser.add_argument("--image-uri", default=None,
-                        help="A container of your own with the package installed (instead of the prebuilt image).")
+    parser.add_argument(
+        "--image-uri",
+        default=None,
+        help="A container of your own with the package installed (instead of the prebuilt image).",
+    )
     parser.add_argument("--output", required=True, help="The YAML file to write.")
     parser.add_argument("--region", default="us-central1")
     parser.add_argument("--display-name", default="cifar10-resnet")
-    parser.add_argument("--base-output-dir", default=None,
-                        help="gs:// directory for the job's outputs (Vertex AI sets AIP_MODEL_DIR under it).")
+    parser.add_argument(
+        "--base-output-dir",
+        default=None,
+        help="gs:// directory for the job's outputs (Vertex AI sets AIP_MODEL_DIR under it).",
+    )
     args = parser.parse_args(own)
     try:
         training_input = spec_lib.load(args.config)
         if args.kind == "custom-job":
             training_input = {k: v for k, v in training_input.items() if k != "hyperparameters"}
-            config = vertex_job.custom_job_spec(training_input, args.package_uri, trainer_flags, args.base_output_dir,
-                                            args.image_uri)
-            command = ("gcloud ai custom-jobs create --region %s --display-name %s --config %s"
-                       % (args.region, args.display_name, args.output))
+            config = vertex_job.custom_job_spec(
+                training_input, args.package_uri, trainer_flags, args.base_output_dir, args.image_uri
+            )
+            command = "gcloud ai custom-jobs create --region %s --display-name %s --config %s" % (
+                args.region,
+                args.display_name,
+                args.output,
+            )
         else:
             from estimator import hparams
 
             study_spec = spec_lib.study_spec(training_input, hparams.flag_names())
             machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}
-            config = vertex_study.hyperparameter_tuning_job(machines, study_spec, args.package_uri, trainer_flags,
-                                                      args.display_name, args.base_output_dir, args.image_uri)
-            command = ("gcloud ai hp-tuning-jobs create --region %s --display-name %s --config %s"
-                       % (args.region, args.display_name, args.output))
+            config = vertex_study.hyperparameter_tuning_job(
+                machines,
+                study_spec,
+                args.package_uri,
+                trainer_flags,
+                args.display_name,
+                args.base_output_dir,
+                args.image_uri,
+            )
+            command = "gcloud ai hp-tuning-jobs create --region %s --display-name %s --config %s" % (
+                args.region,
+                args.display_name,
+                args.output,
+            )
     except spec_lib.SpecError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
@@ -63,10 +83,15 @@ def main(argv=None) -> int:
         yaml.safe_dump(config, f, sort_keys=False)
     os.replace(temporary, args.output)
     if not args.image_uri:
-        print("note: %s is Google's prebuilt TensorFlow 2.15 image (%s); if it can no longer be pulled, build a "
-              "container of your own and pass --image-uri (README, Vertex AI)." % (
-                  vertex_job.PREBUILT_GPU_IMAGE if "NVIDIA" in str(config) else vertex_job.PREBUILT_CPU_IMAGE,
-                  vertex_job.PREBUILT_SUPPORT), file=sys.stderr)
+        print(
+            "note: %s is Google's prebuilt TensorFlow 2.15 image (%s); if it can no longer be pulled, build a "
+            "container of your own and pass --image-uri (README, Vertex AI)."
+            % (
+                vertex_job.PREBUILT_GPU_IMAGE if "NVIDIA" in str(config) else vertex_job.PREBUILT_CPU_IMAGE,
+                vertex_job.PREBUILT_SUPPORT,
+            ),
+            file=sys.stderr,
+        )
     print("Wrote %s. Submit it with:\n  %s" % (args.output, command))
     return 0
 

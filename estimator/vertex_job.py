@@ -42,14 +42,38 @@ LEGACY_MACHINES = {
     "complex_model_l_v100": ("n1-standard-32", "NVIDIA_TESLA_V100", 8),
 }
 # trainingInput fields that describe machines; the rest are the legacy service's own.
-POOLS = (("master", "masterType", None, "masterConfig"), ("worker", "workerType", "workerCount", "workerConfig"),
-         ("ps", "parameterServerType", "parameterServerCount", "parameterServerConfig"),
-         ("evaluator", "evaluatorType", "evaluatorCount", "evaluatorConfig"))
-KNOWN_FIELDS = {"scaleTier", "runtimeVersion", "pythonVersion", "region", "jobDir", "args", "packageUris",
-                "pythonModule", "hyperparameters", "useChiefInTfConfig", "masterType", "masterConfig", "workerType",
-                "workerCount", "workerConfig", "parameterServerType", "parameterServerCount",
-                "parameterServerConfig", "evaluatorType", "evaluatorCount", "evaluatorConfig", "scheduling",
-                "serviceAccount", "network"}
+POOLS = (
+    ("master", "masterType", None, "masterConfig"),
+    ("worker", "workerType", "workerCount", "workerConfig"),
+    ("ps", "parameterServerType", "parameterServerCount", "parameterServerConfig"),
+    ("evaluator", "evaluatorType", "evaluatorCount", "evaluatorConfig"),
+)
+KNOWN_FIELDS = {
+    "scaleTier",
+    "runtimeVersion",
+    "pythonVersion",
+    "region",
+    "jobDir",
+    "args",
+    "packageUris",
+    "pythonModule",
+    "hyperparameters",
+    "useChiefInTfConfig",
+    "masterType",
+    "masterConfig",
+    "workerType",
+    "workerCount",
+    "workerConfig",
+    "parameterServerType",
+    "parameterServerCount",
+    "parameterServerConfig",
+    "evaluatorType",
+    "evaluatorCount",
+    "evaluatorConfig",
+    "scheduling",
+    "serviceAccount",
+    "network",
+}
 SCALE_TIERS = {"BASIC": "n1-standard-4", "CUSTOM": None}
 
 
@@ -59,14 +83,16 @@ def _machine_spec(role: str, machine_type: str, config: dict) -> dict:
         replacement = "%s%s" % (new_type, " with %d x %s (acceleratorConfig)" % (count, accel) if accel else "")
         raise spec_lib.SpecError(
             "trainingInput.%sType %r is a legacy AI Platform machine type with no Vertex AI equivalent of that "
-            "name: use %s, the Compute Engine equivalent." % ("parameterServer" if role == "ps" else role,
-                                                             machine_type, replacement))
+            "name: use %s, the Compute Engine equivalent."
+            % ("parameterServer" if role == "ps" else role, machine_type, replacement)
+        )
     spec = {"machineType": machine_type}
     accelerator = (config or {}).get("acceleratorConfig")
     if accelerator:
         if accelerator.get("type") in (None, "ACCELERATOR_TYPE_UNSPECIFIED") or int(accelerator.get("count", 0)) < 1:
-            raise spec_lib.SpecError("trainingInput.%sConfig.acceleratorConfig needs a type and a count >= 1, got %r."
-                                     % (role, accelerator))
+            raise spec_lib.SpecError(
+                "trainingInput.%sConfig.acceleratorConfig needs a type and a count >= 1, got %r." % (role, accelerator)
+            )
         spec.update(acceleratorType=accelerator["type"], acceleratorCount=int(accelerator["count"]))
     return spec
 
@@ -78,8 +104,10 @@ def worker_pools(training_input: dict):
         raise spec_lib.SpecError("trainingInput: unknown field %s." % unknown[0])
     tier = training_input.get("scaleTier", "BASIC" if "masterType" not in training_input else "CUSTOM")
     if tier not in SCALE_TIERS:
-        raise spec_lib.SpecError("trainingInput.scaleTier %r: only BASIC and CUSTOM (with masterType ...) map to "
-                                 "Vertex AI; give the machines with scaleTier CUSTOM." % tier)
+        raise spec_lib.SpecError(
+            "trainingInput.scaleTier %r: only BASIC and CUSTOM (with masterType ...) map to "
+            "Vertex AI; give the machines with scaleTier CUSTOM." % tier
+        )
     if tier == "BASIC":
         return [("master", 1, {"machineType": SCALE_TIERS["BASIC"]})]
     pools = []
@@ -95,8 +123,9 @@ def worker_pools(training_input: dict):
     return pools
 
 
-def custom_job_spec(training_input: dict, package_uri: str, trainer_args, base_output_dir: str = None,
-                    image_uri: str = None) -> dict:
+def custom_job_spec(
+    training_input: dict, package_uri: str, trainer_args, base_output_dir: str = None, image_uri: str = None
+) -> dict:
     """A ``CustomJobSpec`` for ``gcloud ai custom-jobs create --config``.
 
     Args:
@@ -112,22 +141,30 @@ def custom_job_spec(training_input: dict, package_uri: str, trainer_args, base_o
     specs = []
     by_role = {role: (count, machine) for role, count, machine in pools}
     order = [role for role, _, _, _ in POOLS]
-    for role in order[:1 + max(order.index(role) for role in by_role)]:
+    for role in order[: 1 + max(order.index(role) for role in by_role)]:
         if role not in by_role:
             specs.append({})  # Vertex AI reads pools by position: an empty one keeps the places
             continue
         count, machine = by_role[role]
         pool = {"machineSpec": machine, "replicaCount": str(count)}
         if image_uri:
-            pool["containerSpec"] = {"imageUri": image_uri, "command": ["python", "-m", MODULE],
-                                     "args": list(trainer_args)}
+            pool["containerSpec"] = {
+                "imageUri": image_uri,
+                "command": ["python", "-m", MODULE],
+                "args": list(trainer_args),
+            }
         else:
             if not package_uri or not package_uri.startswith("gs://"):
-                raise spec_lib.SpecError("--package-uri %r must be a gs:// URI of the sdist (python setup.py sdist), "
-                                         "or pass --image-uri for a container of your own." % package_uri)
-            pool["pythonPackageSpec"] = {"executorImageUri": PREBUILT_GPU_IMAGE if gpus else PREBUILT_CPU_IMAGE,
-                                         "packageUris": [package_uri], "pythonModule": MODULE,
-                                         "args": list(trainer_args)}
+                raise spec_lib.SpecError(
+                    "--package-uri %r must be a gs:// URI of the sdist (python setup.py sdist), "
+                    "or pass --image-uri for a container of your own." % package_uri
+                )
+            pool["pythonPackageSpec"] = {
+                "executorImageUri": PREBUILT_GPU_IMAGE if gpus else PREBUILT_CPU_IMAGE,
+                "packageUris": [package_uri],
+                "pythonModule": MODULE,
+                "args": list(trainer_args),
+            }
         specs.append(pool)
     job = {"workerPoolSpecs": specs}
     if base_output_dir:

@@ -16,8 +16,7 @@ import numpy as np
 from estimator import cifar10_format as fmt
 from estimator.convert import _numpy_attr
 
-BATCH_NAMES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5",
-               "test_batch")
+BATCH_NAMES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch")
 
 
 class _StylePickler(pickle._Pickler):

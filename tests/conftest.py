@@ -14,11 +14,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # As estimator/__init__.py does, for test modules that import TensorFlow before the package.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
+
 @pytest.fixture(scope="session")
 def mini_archive():
     if not os.path.exists(MINI_ARCHIVE):
-        pytest.fail("The shared real-pixel archive %s is missing: CI clones the repo with "
-                    "../shared beside it." % MINI_ARCHIVE)
+        pytest.fail(
+            "The shared real-pixel archive %s is missing: CI clones the repo with ../shared beside it." % MINI_ARCHIVE
+        )
     return MINI_ARCHIVE
 
 
@@ -37,8 +39,11 @@ def gcs_emulator():
     """A real gcp-storage-emulator process on loopback; yields its URL."""
     port = free_port()
     exe = os.path.join(os.path.dirname(sys.executable), "gcp-storage-emulator")
-    proc = subprocess.Popen([exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 30
     while time.time() < deadline:
         try:

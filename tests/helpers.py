@@ -89,7 +89,6 @@ ML_SCHEMAS = _discovery_schemas("ml.v1")
 AIPLATFORM_SCHEMAS = _discovery_schemas("aiplatform.v1")
 
 
-
 def check(value, schema, path="", errors=None, schemas=ML_SCHEMAS):
     """Validates ``value`` against a discovery-document schema; returns the errors.
 

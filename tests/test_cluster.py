@@ -21,9 +21,26 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 def trainer(data_dir, job_dir, steps, *extra):
-    return ["--data-dir", data_dir, "--job-dir", job_dir, "--num-gpus", "0", "--num-layers", "8",
-            "--train-batch-size", "32", "--eval-batch-size", "100", "--train-steps", str(steps),
-            "--log-every-n-steps", "10", "--eval-throttle-secs", "0"] + list(extra)
+    return [
+        "--data-dir",
+        data_dir,
+        "--job-dir",
+        job_dir,
+        "--num-gpus",
+        "0",
+        "--num-layers",
+        "8",
+        "--train-batch-size",
+        "32",
+        "--eval-batch-size",
+        "100",
+        "--train-steps",
+        str(steps),
+        "--log-every-n-steps",
+        "10",
+        "--eval-throttle-secs",
+        "0",
+    ] + list(extra)
 
 
 def alive(pid):
@@ -43,8 +60,10 @@ def assert_finished(cluster, job, steps):
     assert steps <= final <= steps + workers and results["eval_examples"] == 1017
     assert os.path.exists(os.path.join(job, "model.ckpt-%d.index" % final))
     chief = cluster.task("master" if ("master", 0) in cluster.tasks else "chief")
-    assert re.search(r"Evaluation \[validation\] at step %d" % final, chief.log()
-                     + (cluster.task("evaluator").log() if ("evaluator", 0) in cluster.tasks else ""))
+    assert re.search(
+        r"Evaluation \[validation\] at step %d" % final,
+        chief.log() + (cluster.task("evaluator").log() if ("evaluator", 0) in cluster.tasks else ""),
+    )
     for task in cluster.tasks.values():
         assert not alive(task.process.pid), task.name  # every process ended, ps included
     return results
@@ -54,8 +73,15 @@ def test_async_cluster_with_evaluator_trains_to_the_last_step(mini_records, tmp_
     job = str(tmp_path / "job")
     # An evaluator needs the Vertex AI role name, chief (a master evaluates itself).
     # 400 steps: enough that the worker joins after its start delay (5 s).
-    cluster = LocalCluster(trainer(mini_records, job, 400, "--save-checkpoints-steps", "200"), workers=1, ps=1,
-                           evaluator=True, chief_role="chief", env=ENV, out=None)
+    cluster = LocalCluster(
+        trainer(mini_records, job, 400, "--save-checkpoints-steps", "200"),
+        workers=1,
+        ps=1,
+        evaluator=True,
+        chief_role="chief",
+        env=ENV,
+        out=None,
+    )
     with cluster:
         assert cluster.start().wait(timeout=240) == 0
     assert_finished(cluster, job, 400)
@@ -66,8 +92,9 @@ def test_async_cluster_with_evaluator_trains_to_the_last_step(mini_records, tmp_
 
 def test_sync_cluster_finishes_without_hanging(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    cluster = LocalCluster(trainer(mini_records, job, 40, "--sync", "--save-checkpoints-steps", "20"),
-                           workers=1, ps=1, env=ENV, out=None)
+    cluster = LocalCluster(
+        trainer(mini_records, job, 40, "--sync", "--save-checkpoints-steps", "20"), workers=1, ps=1, env=ENV, out=None
+    )
     start = time.time()
     with cluster:
         assert cluster.start().wait(timeout=240, grace=60) == 0
@@ -84,8 +111,9 @@ def test_sync_cluster_finishes_without_hanging(mini_records, tmp_path):
 
 def test_killed_worker_rejoins_and_job_finishes(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    cluster = LocalCluster(trainer(mini_records, job, 400, "--save-checkpoints-steps", "100"), workers=1, ps=1,
-                           env=ENV, out=None)
+    cluster = LocalCluster(
+        trainer(mini_records, job, 400, "--save-checkpoints-steps", "100"), workers=1, ps=1, env=ENV, out=None
+    )
     with cluster:
         cluster.start()
         cluster.wait_for("worker", 0, r"step \d+/\d+ ", timeout=120)
@@ -101,13 +129,19 @@ def test_killed_worker_rejoins_and_job_finishes(mini_records, tmp_path):
 def test_killed_master_resumes_from_its_last_checkpoint(mini_records, tmp_path):
     job = str(tmp_path / "job")
     # --verbose: the Estimator's own "Saving checkpoints" and "Restoring parameters" lines.
-    cluster = LocalCluster(trainer(mini_records, job, 300, "--save-checkpoints-steps", "50", "--verbose"),
-                           workers=1, ps=1, env=ENV, out=None)
+    cluster = LocalCluster(
+        trainer(mini_records, job, 300, "--save-checkpoints-steps", "50", "--verbose"),
+        workers=1,
+        ps=1,
+        env=ENV,
+        out=None,
+    )
     with cluster:
         cluster.start()
         # Logged once the checkpoint and its state file are written.
-        cluster.wait_for("master", 0, r"Calling checkpoint listeners after saving checkpoint (5\d|[1-9]\d\d)\.",
-                         timeout=180)
+        cluster.wait_for(
+            "master", 0, r"Calling checkpoint listeners after saving checkpoint (5\d|[1-9]\d\d)\.", timeout=180
+        )
         cluster.kill("master", 0)
         # What a restart must restore: the checkpoint the state file names (a
         # kill between writing a checkpoint and recording it leaves the older one).
@@ -124,9 +158,15 @@ def test_unreachable_parameter_server_fails_in_bounded_time(mini_records, tmp_pa
     spec = {"master": ["127.0.0.1:%d" % master], "ps": ["127.0.0.1:%d" % ps]}  # nothing listens on ps
     env = dict(ENV, TF_CONFIG=tf_config(spec, "master", 0))
     start = time.time()
-    proc = subprocess.run([sys.executable, "-m", "estimator.cifar10_main"]
-                          + trainer(mini_records, str(tmp_path / "job"), 10, "--ps-wait-secs", "3"),
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "estimator.cifar10_main"]
+        + trainer(mini_records, str(tmp_path / "job"), 10, "--ps-wait-secs", "3"),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert "parameter server ps/0 at 127.0.0.1:%d is unreachable after 3 s" % ps in proc.stderr
     assert time.time() - start < 60
@@ -134,10 +174,31 @@ def test_unreachable_parameter_server_fails_in_bounded_time(mini_records, tmp_pa
 
 def test_launcher_stops_everything_when_a_task_fails_and_names_it(tmp_path):
     # A bad flag makes master and worker exit 2; the ps would wait forever.
-    proc = subprocess.run([sys.executable, "-m", "estimator.local_cluster", "--workers", "1", "--ps", "1",
-                           "--timeout", "120", "--", "--data-dir", str(tmp_path / "missing"), "--job-dir",
-                           str(tmp_path / "job"), "--num-gpus", "0"], cwd=REPO, env=ENV, capture_output=True,
-                          text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "estimator.local_cluster",
+            "--workers",
+            "1",
+            "--ps",
+            "1",
+            "--timeout",
+            "120",
+            "--",
+            "--data-dir",
+            str(tmp_path / "missing"),
+            "--job-dir",
+            str(tmp_path / "job"),
+            "--num-gpus",
+            "0",
+        ],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 1
     assert re.search(r"error: (master|worker)/0 failed with exit code 2; stopped the other tasks", proc.stderr)
     assert "Run generate_cifar10_tfrecords.py" in proc.stdout + proc.stderr
@@ -148,8 +209,9 @@ def test_launcher_stops_everything_when_a_task_fails_and_names_it(tmp_path):
 
 
 def test_wait_for_reports_an_early_exit(tmp_path):
-    cluster = LocalCluster(["--data-dir", str(tmp_path), "--job-dir", str(tmp_path), "--num-gpus", "0"],
-                           workers=0, ps=0, env=ENV, out=None)
+    cluster = LocalCluster(
+        ["--data-dir", str(tmp_path), "--job-dir", str(tmp_path), "--num-gpus", "0"], workers=0, ps=0, env=ENV, out=None
+    )
     with cluster:
         cluster.start()
         with pytest.raises(ClusterError, match="master/0 exited with 2"):

@@ -50,7 +50,8 @@ def test_round_trip_exact_pixels_and_labels(tmp_path):
     out = str(tmp_path / "out")
     manifest = convert(out, source=str(tmp_path / "a.tar.gz"), sha256=sha, progress=False, log=quiet)
     assert sorted(os.listdir(out)) == sorted(
-        ["train.tfrecords", "validation.tfrecords", "eval.tfrecords", fmt.MANIFEST_NAME])
+        ["train.tfrecords", "validation.tfrecords", "eval.tfrecords", fmt.MANIFEST_NAME]
+    )
     for subset, count in (("train", 10), ("validation", 5), ("eval", 3)):
         got = read_records(os.path.join(out, fmt.record_filename(subset)))
         assert got == expected_split(batches, subset)
@@ -98,10 +99,13 @@ class Evil:
         return (os.system, ("touch %s" % self.marker,))
 
 
-@pytest.mark.parametrize("payload", [
-    lambda m: Evil(m),
-    lambda m: ca._numpy_attr("_frombuffer", "numpy.core.numeric"),  # allowed name, but as a value
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        lambda m: Evil(m),
+        lambda m: ca._numpy_attr("_frombuffer", "numpy.core.numeric"),  # allowed name, but as a value
+    ],
+)
 def test_hostile_pickle_runs_nothing_and_writes_nothing(tmp_path, payload):
     marker = tmp_path / "pwned"
     batches = {n: ca.make_batch(2, seed=i) for i, n in enumerate(ca.BATCH_NAMES)}
@@ -129,21 +133,23 @@ def test_refuses_codecs_other_than_latin1(tmp_path):
 
 
 def test_refuses_array_subclasses():
-    raw = pickle.dumps({b"data": np.ma.masked_array(np.zeros((1, 3072), np.uint8)), b"labels": [1]},
-                       protocol=2)
+    raw = pickle.dumps({b"data": np.ma.masked_array(np.zeros((1, 3072), np.uint8)), b"labels": [1]}, protocol=2)
     with pytest.raises(ConversionError, match="numpy.ma"):
         load_batch(raw, "b")
 
 
-@pytest.mark.parametrize("batch,message", [
-    ({b"data": np.zeros((2, 3071), np.uint8), b"labels": [0, 1]}, "3071 bytes"),
-    ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 10]}, "label 10 at row 1"),
-    ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [-1, 0]}, "label -1 at row 0"),
-    ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0]}, "1 labels for 2 images"),
-    ({b"data": np.zeros((2, 3072), np.float32), b"labels": [0, 1]}, "uint8"),
-    ({b"labels": [0, 1]}, "no 'data'"),
-    ([1, 2], "not a dict"),
-])
+@pytest.mark.parametrize(
+    "batch,message",
+    [
+        ({b"data": np.zeros((2, 3071), np.uint8), b"labels": [0, 1]}, "3071 bytes"),
+        ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 10]}, "label 10 at row 1"),
+        ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [-1, 0]}, "label -1 at row 0"),
+        ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0]}, "1 labels for 2 images"),
+        ({b"data": np.zeros((2, 3072), np.float32), b"labels": [0, 1]}, "uint8"),
+        ({b"labels": [0, 1]}, "no 'data'"),
+        ([1, 2], "not a dict"),
+    ],
+)
 def test_refuses_malformed_batches(batch, message):
     with pytest.raises(ConversionError, match=message):
         load_batch(ca.dump(batch, "py2"), "somefile")
@@ -170,16 +176,18 @@ def _device(name):
     return info, None
 
 
-@pytest.mark.parametrize("extra,message", [
-    ([ca.file_member("../escape", b"x")], "unsafe path"),
-    ([ca.file_member("/etc/cron.d/x", b"x")], "unsafe path"),
-    ([ca.file_member("cifar-10-batches-py/../../x", b"x")], "unsafe path"),
-    ([ca.file_member("elsewhere/file", b"x")], "outside cifar-10-batches-py"),
-    ([_link("cifar-10-batches-py/link", "/etc/passwd", tarfile.SYMTYPE)], "symbolic link"),
-    ([_link("cifar-10-batches-py/hard", "cifar-10-batches-py/data_batch_1", tarfile.LNKTYPE)],
-     "hard link"),
-    ([_device("cifar-10-batches-py/null")], "device"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ([ca.file_member("../escape", b"x")], "unsafe path"),
+        ([ca.file_member("/etc/cron.d/x", b"x")], "unsafe path"),
+        ([ca.file_member("cifar-10-batches-py/../../x", b"x")], "unsafe path"),
+        ([ca.file_member("elsewhere/file", b"x")], "outside cifar-10-batches-py"),
+        ([_link("cifar-10-batches-py/link", "/etc/passwd", tarfile.SYMTYPE)], "symbolic link"),
+        ([_link("cifar-10-batches-py/hard", "cifar-10-batches-py/data_batch_1", tarfile.LNKTYPE)], "hard link"),
+        ([_device("cifar-10-batches-py/null")], "device"),
+    ],
+)
 def test_refuses_unsafe_archive_members(tmp_path, extra, message):
     path, sha = _archive_with(tmp_path, extra)
     out = tmp_path / "out"
@@ -212,12 +220,10 @@ def test_refuses_checksum_mismatch(tmp_path):
     sha, _ = ca.make_archive(str(tmp_path / "a.tar.gz"))
     wrong = "0" * 64
     with pytest.raises(ConversionError, match="Checksum mismatch .* expected 0000"):
-        convert(str(tmp_path / "out"), source=str(tmp_path / "a.tar.gz"), sha256=wrong,
-                progress=False, log=quiet)
+        convert(str(tmp_path / "out"), source=str(tmp_path / "a.tar.gz"), sha256=wrong, progress=False, log=quiet)
     assert_nothing_written(str(tmp_path / "out"))
     with pytest.raises(ConversionError, match="not a 32-digit hex"):
-        convert(str(tmp_path / "out"), source=str(tmp_path / "a.tar.gz"), md5="xyz",
-                progress=False, log=quiet)
+        convert(str(tmp_path / "out"), source=str(tmp_path / "a.tar.gz"), md5="xyz", progress=False, log=quiet)
 
 
 def test_second_run_does_nothing_unless_overwrite(tmp_path):
@@ -232,8 +238,7 @@ def test_second_run_does_nothing_unless_overwrite(tmp_path):
     assert {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out)} == stamps
     # A different archive with --overwrite replaces everything.
     sha2, batches2 = ca.make_archive(str(tmp_path / "b.tar.gz"), sizes=(1, 1, 1, 1, 2, 7))
-    m = convert(out, source=str(tmp_path / "b.tar.gz"), sha256=sha2, overwrite=True,
-                progress=False, log=quiet)
+    m = convert(out, source=str(tmp_path / "b.tar.gz"), sha256=sha2, overwrite=True, progress=False, log=quiet)
     assert m["files"]["eval.tfrecords"]["examples"] == 7
     assert read_records(os.path.join(out, "eval.tfrecords")) == expected_split(batches2, "eval")
 
@@ -253,8 +258,16 @@ def test_incomplete_outputs_are_rebuilt(tmp_path):
 def test_cli_refuses_with_message_and_exit_code(tmp_path):
     sha, _ = ca.make_archive(str(tmp_path / "a.tar.gz"))
     out = tmp_path / "out"
-    cmd = [sys.executable, os.path.join(REPO, "generate_cifar10_tfrecords.py"),
-           "--data-dir", str(out), "--source", str(tmp_path / "a.tar.gz"), "--md5", "0" * 32]
+    cmd = [
+        sys.executable,
+        os.path.join(REPO, "generate_cifar10_tfrecords.py"),
+        "--data-dir",
+        str(out),
+        "--source",
+        str(tmp_path / "a.tar.gz"),
+        "--md5",
+        "0" * 32,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 1
     assert "error: Checksum mismatch for %s" % (tmp_path / "a.tar.gz") in proc.stderr

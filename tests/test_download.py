@@ -79,22 +79,20 @@ def test_download_verifies_and_caches(server, tmp_path):
 
 def test_dropped_connection_resumes_with_range(server, tmp_path):
     server.drops = 2
-    path = download.fetch(server.url, str(tmp_path / "c"), ("sha256", server.sha256),
-                          progress=False, backoff=0.01)
+    path = download.fetch(server.url, str(tmp_path / "c"), ("sha256", server.sha256), progress=False, backoff=0.01)
     assert open(path, "rb").read() == server.body
     assert len(server.requests) == 3
     assert "Range" not in server.requests[0]
     # Each retry asks for the rest, from what was kept of the bytes received.
     sent = len(server.body) // 3
-    offsets = [int(r["Range"][len("bytes="):-1]) for r in server.requests[1:]]
+    offsets = [int(r["Range"][len("bytes=") : -1]) for r in server.requests[1:]]
     assert sent - download.NET_CHUNK < offsets[0] <= sent
     assert offsets[0] < offsets[1] <= offsets[0] + (len(server.body) - offsets[0]) // 3
 
 
 def test_server_without_range_support_restarts(server, tmp_path):
     server.drops, server.ranges = 1, False
-    path = download.fetch(server.url, str(tmp_path / "c"), ("md5", server.md5),
-                          progress=False, backoff=0.01)
+    path = download.fetch(server.url, str(tmp_path / "c"), ("md5", server.md5), progress=False, backoff=0.01)
     assert open(path, "rb").read() == server.body
 
 
@@ -107,8 +105,7 @@ def test_gives_up_after_retries(server, tmp_path):
 def test_wrong_checksum_deletes_download_and_writes_nothing(server, tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "out"
     with pytest.raises(ConversionError, match="Checksum mismatch") as e:
-        convert(str(out), source=server.url, md5="f" * 32, cache_dir=str(cache), progress=False,
-                log=lambda *_: None)
+        convert(str(out), source=server.url, md5="f" * 32, cache_dir=str(cache), progress=False, log=lambda *_: None)
     assert "expected " + "f" * 32 in str(e.value)
     assert os.listdir(str(cache)) == []  # no .part to resume from a wrong file
     assert not out.exists() or os.listdir(str(out)) == []
@@ -120,8 +117,17 @@ def test_not_found(server, tmp_path):
 
 
 def test_convert_from_url_end_to_end(server, tmp_path):
-    m = convert(str(tmp_path / "out"), source=server.url, sha256=server.sha256,
-                cache_dir=str(tmp_path / "cache"), progress=False, log=lambda *_: None)
-    assert [m["files"][n]["examples"] for n in ("train.tfrecords", "validation.tfrecords",
-                                                  "eval.tfrecords")] == [100, 25, 15]
+    m = convert(
+        str(tmp_path / "out"),
+        source=server.url,
+        sha256=server.sha256,
+        cache_dir=str(tmp_path / "cache"),
+        progress=False,
+        log=lambda *_: None,
+    )
+    assert [m["files"][n]["examples"] for n in ("train.tfrecords", "validation.tfrecords", "eval.tfrecords")] == [
+        100,
+        25,
+        15,
+    ]
     assert m["source"]["source"] == server.url

@@ -12,8 +12,9 @@ from estimator import hparams as hparams_lib
 
 
 def parse_ok(mini_records, tmp_path, *flags, monkeypatch=None):
-    return cifar10_main.parse(["--data-dir", mini_records, "--job-dir", str(tmp_path / "job"),
-                               "--num-gpus", "0"] + list(flags))
+    return cifar10_main.parse(
+        ["--data-dir", mini_records, "--job-dir", str(tmp_path / "job"), "--num-gpus", "0"] + list(flags)
+    )
 
 
 def parse_error(capsys, argv):
@@ -34,36 +35,46 @@ def test_defaults_are_the_originals(mini_records, tmp_path):
     assert hp.num_train_examples == 4068 and hp.num_workers == 1 and not cluster.distributed
 
 
-@pytest.mark.parametrize("flags,value", [
-    ([], True), (["--use-distortion-for-training"], True),
-    (["--use-distortion-for-training", "False"], False),  # the original's type=bool made this True
-    (["--use-distortion-for-training=false"], False), (["--no-use-distortion-for-training"], False),
-    (["--use-distortion-for-training", "yes"], True)])
+@pytest.mark.parametrize(
+    "flags,value",
+    [
+        ([], True),
+        (["--use-distortion-for-training"], True),
+        (["--use-distortion-for-training", "False"], False),  # the original's type=bool made this True
+        (["--use-distortion-for-training=false"], False),
+        (["--no-use-distortion-for-training"], False),
+        (["--use-distortion-for-training", "yes"], True),
+    ],
+)
 def test_distortion_flag_is_a_real_boolean(mini_records, tmp_path, flags, value):
     assert parse_ok(mini_records, tmp_path, *flags).use_distortion_for_training is value
 
 
 def test_flags_file(mini_records, tmp_path):
     flagfile = tmp_path / "flags.txt"
-    flagfile.write_text("# a tuning baseline\n--num-layers 20 --learning-rate 0.05\n"
-                        "--data-dir %s\n--num-gpus=0\n" % mini_records)
+    flagfile.write_text(
+        "# a tuning baseline\n--num-layers 20 --learning-rate 0.05\n--data-dir %s\n--num-gpus=0\n" % mini_records
+    )
     hp = cifar10_main.parse(["@%s" % flagfile, "--job-dir", str(tmp_path / "j"), "--num-layers", "32"])
     assert (hp.num_layers, hp.learning_rate) == (32, 0.05)  # later flags win
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--num-layers", "45"], "num_layers=45 is not 6n\\+2"),
-    (["--num-cpu-towers", "3"], "--train-batch-size 128 is not divisible by the 3 towers: use a multiple of 3"),
-    (["--num-cpu-towers", "2", "--eval-batch-size", "99"], "--eval-batch-size 99 is not divisible"),
-    (["--num-gpus", "2"], "--num-gpus 2 but 0 GPU\\(s\\) are visible: pass --num-gpus 0"),
-    (["--learning-rate", "0"], "--learning-rate 0.0 must be positive"),
-    (["--momentum", "1.5"], "--momentum 1.5 must be in"),
-    (["--batch-norm-decay", "1"], "--batch-norm-decay 1.0 must be in"),
-    (["--deterministic"], "--deterministic needs --seed"),
-    (["--sync"], "drop --sync"),
-    (["--use-distortion-for-training", "maybe"], "'maybe' is not a boolean"),
-    (["--data-format", "NCHW"], "invalid choice: 'NCHW'"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--num-layers", "45"], "num_layers=45 is not 6n\\+2"),
+        (["--num-cpu-towers", "3"], "--train-batch-size 128 is not divisible by the 3 towers: use a multiple of 3"),
+        (["--num-cpu-towers", "2", "--eval-batch-size", "99"], "--eval-batch-size 99 is not divisible"),
+        (["--num-gpus", "2"], "--num-gpus 2 but 0 GPU\\(s\\) are visible: pass --num-gpus 0"),
+        (["--learning-rate", "0"], "--learning-rate 0.0 must be positive"),
+        (["--momentum", "1.5"], "--momentum 1.5 must be in"),
+        (["--batch-norm-decay", "1"], "--batch-norm-decay 1.0 must be in"),
+        (["--deterministic"], "--deterministic needs --seed"),
+        (["--sync"], "drop --sync"),
+        (["--use-distortion-for-training", "maybe"], "'maybe' is not a boolean"),
+        (["--data-format", "NCHW"], "invalid choice: 'NCHW'"),
+    ],
+)
 def test_bad_flags_name_the_value_and_the_fix(mini_records, tmp_path, capsys, flags, message):
     import re
 
@@ -94,8 +105,10 @@ def test_job_dir_from_vertex_ai_environment(mini_records, tmp_path, monkeypatch,
 
 
 def test_tuning_trial_gets_its_own_job_dir(mini_records, tmp_path, monkeypatch):
-    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"master": ["127.0.0.1:1"]},
-                                                "task": {"type": "master", "index": 0, "trial": "7"}}))
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        json.dumps({"cluster": {"master": ["127.0.0.1:1"]}, "task": {"type": "master", "index": 0, "trial": "7"}}),
+    )
     hp = parse_ok(mini_records, tmp_path)
     assert hp.cluster.trial == "7" and hp.job_dir == str(tmp_path / "job" / "7")
     assert "CLOUD_ML_TRIAL_ID" not in os.environ  # parsing changes nothing around it
@@ -112,12 +125,15 @@ def test_tuning_trial_gets_its_own_job_dir(mini_records, tmp_path, monkeypatch):
 CLUSTER = {"master": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"], "ps": ["127.0.0.1:4"]}
 
 
-@pytest.mark.parametrize("task,chief,workers", [
-    ({"type": "master", "index": 0}, True, 3),
-    ({"type": "worker", "index": 1}, False, 3),
-    ({"type": "ps", "index": 0}, False, 3),
-    ({"type": "evaluator", "index": 0}, False, 3),
-])
+@pytest.mark.parametrize(
+    "task,chief,workers",
+    [
+        ({"type": "master", "index": 0}, True, 3),
+        ({"type": "worker", "index": 1}, False, 3),
+        ({"type": "ps", "index": 0}, False, 3),
+        ({"type": "evaluator", "index": 0}, False, 3),
+    ],
+)
 def test_tf_config_roles(task, chief, workers):
     spec = dict(CLUSTER)
     if task["type"] == "evaluator":  # only beside a chief (Vertex AI): a master evaluates itself
@@ -131,18 +147,23 @@ def test_worker_zero_is_chief_without_master():
     assert c.is_chief and c.num_workers == 2
 
 
-@pytest.mark.parametrize("text,message", [
-    ("{not json", "TF_CONFIG is not valid JSON"),
-    (json.dumps({"cluster": {"boss": ["a:1"]}, "task": {"type": "boss", "index": 0}}), "unknown role 'boss'"),
-    (json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 2}}),
-     "task worker index 2 is out of range: the cluster has 2 worker"),
-    (json.dumps({"cluster": CLUSTER, "task": {"type": "manager", "index": 0}}), "task type 'manager'"),
-    (json.dumps({"cluster": {"master": ["nohostport"]}, "task": {"type": "master"}}), "host:port"),
-    (json.dumps({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}}), "no master, chief or worker"),
-    (json.dumps([1, 2]), "must be a JSON object"),
-    (json.dumps({"task": {"type": "master", "index": 0}}), "has no cluster to belong to"),
-    (json.dumps({"cluster": CLUSTER, "task": {"type": "evaluator", "index": 0}}), "evaluator beside a master"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("{not json", "TF_CONFIG is not valid JSON"),
+        (json.dumps({"cluster": {"boss": ["a:1"]}, "task": {"type": "boss", "index": 0}}), "unknown role 'boss'"),
+        (
+            json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 2}}),
+            "task worker index 2 is out of range: the cluster has 2 worker",
+        ),
+        (json.dumps({"cluster": CLUSTER, "task": {"type": "manager", "index": 0}}), "task type 'manager'"),
+        (json.dumps({"cluster": {"master": ["nohostport"]}, "task": {"type": "master"}}), "host:port"),
+        (json.dumps({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}}), "no master, chief or worker"),
+        (json.dumps([1, 2]), "must be a JSON object"),
+        (json.dumps({"task": {"type": "master", "index": 0}}), "has no cluster to belong to"),
+        (json.dumps({"cluster": CLUSTER, "task": {"type": "evaluator", "index": 0}}), "evaluator beside a master"),
+    ],
+)
 def test_malformed_tf_config(text, message):
     with pytest.raises(cluster_lib.ClusterConfigError, match=message):
         cluster_lib.parse(text)
@@ -155,12 +176,16 @@ def test_malformed_tf_config_is_a_clean_cli_error(mini_records, tmp_path, monkey
 
 
 def test_resolve_reads_the_environment_it_is_given_and_records_it(mini_records, tmp_path):
-    args = hparams_lib.build_parser().parse_args(["--data-dir", mini_records, "--num-gpus", "0",
-                                                  "--job-dir", str(tmp_path / "job")])
+    args = hparams_lib.build_parser().parse_args(
+        ["--data-dir", mini_records, "--num-gpus", "0", "--job-dir", str(tmp_path / "job")]
+    )
     environ = {"CLOUD_ML_TRIAL_ID": "5", "AIP_TENSORBOARD_LOG_DIR": "gs://b/tensorboard"}
     hp = config.resolve(args, environ, gpus_visible=0)
-    assert (hp.cluster.trial, hp.job_dir, hp.tensorboard_dir) == ("5", str(tmp_path / "job" / "5"),
-                                                                   "gs://b/tensorboard")
+    assert (hp.cluster.trial, hp.job_dir, hp.tensorboard_dir) == (
+        "5",
+        str(tmp_path / "job" / "5"),
+        "gs://b/tensorboard",
+    )
     # hparams.json holds all of it: what it records reads back to the same HParams.
     record = json.loads(json.dumps(config.describe(hp)))
     assert hparams_lib.HParams.from_dict(record["hparams"]) == hp
@@ -171,15 +196,17 @@ def test_resolve_reads_the_environment_it_is_given_and_records_it(mini_records, 
     assert "CLOUD_ML_TRIAL_ID" not in os.environ
 
 
-@pytest.mark.parametrize("flag,value,message", [
-    ("--health-dead-relu-fraction", "1", "--health-dead-relu-fraction 1.0 must be in \\(0, 1\\)"),
-    ("--health-class-ratio", "0", "--health-class-ratio 0.0 must be in \\(0, 1\\)"),
-    ("--health-every-n-steps", "0", "--health-every-n-steps 0 must be positive"),
-    ("--health-loss-window", "-3", "--health-loss-window -3 must be positive"),
-])
+@pytest.mark.parametrize(
+    "flag,value,message",
+    [
+        ("--health-dead-relu-fraction", "1", "--health-dead-relu-fraction 1.0 must be in \\(0, 1\\)"),
+        ("--health-class-ratio", "0", "--health-class-ratio 0.0 must be in \\(0, 1\\)"),
+        ("--health-every-n-steps", "0", "--health-every-n-steps 0 must be positive"),
+        ("--health-loss-window", "-3", "--health-loss-window -3 must be positive"),
+    ],
+)
 def test_health_thresholds_are_checked_from_their_declaration(mini_records, tmp_path, capsys, flag, value, message):
-    err = parse_error(capsys, ["--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0",
-                               flag, value])
+    err = parse_error(capsys, ["--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0", flag, value])
     assert re.search(message, err), err
     declared = [f.name for f in hparams_lib.health_thresholds()]
     assert len(declared) == 15 and "health_checks" not in declared

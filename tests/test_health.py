@@ -29,8 +29,7 @@ MODES = tf.estimator.ModeKeys
 
 
 # The health checks' own short schedule over a small training set.
-hp = functools.partial(helpers.hp, train_steps=10, num_train_examples=100, train_batch_size=128,
-                       eval_batch_size=100)
+hp = functools.partial(helpers.hp, train_steps=10, num_train_examples=100, train_batch_size=128, eval_batch_size=100)
 
 
 # -- rules: exact boundaries ----------------------------------------------------------
@@ -110,12 +109,17 @@ def test_monitor_records_once_per_episode_and_stops_when_asked(tmp_path):
     m.check("input_stats", 300, (-1.0, 0.0), ("|mean| <= 0.5", "bad input"))
     record = json.load(open(str(tmp_path / "health.json")))
     assert [(r["rule"], r["step"], r["value"], r["action"]) for r in record] == [
-        ("input_stats", 0, [-1.0, 0.0], "warn"), ("input_stats", 300, [-1.0, 0.0], "warn")]
+        ("input_stats", 0, [-1.0, 0.0], "warn"),
+        ("input_stats", 300, [-1.0, 0.0], "warn"),
+    ]
     assert set(record[0]) == {"rule", "step", "value", "threshold", "action", "message"}
 
     stop = monitor_lib.HealthMonitor(hp(job_dir=str(tmp_path / "stop"), health_checks="stop"))
-    with pytest.raises(monitor_lib.HealthStop, match=r"step 7 by the health rule dead_relus .*: dead\. Last "
-                                                      r"checkpoint: none"):
+    with pytest.raises(
+        monitor_lib.HealthStop,
+        match=r"step 7 by the health rule dead_relus .*: dead\. Last "
+        r"checkpoint: none",
+    ):
         stop.check("dead_relus", 7, 0.9, ("> 0.5", "dead."))
     assert json.load(open(str(tmp_path / "stop" / "health.json")))[0]["action"] == "stop"
 
@@ -168,8 +172,15 @@ def test_probes_measure_the_data_gradient_without_weight_decay():
     np.testing.assert_allclose(got, [np.abs(g).mean() for g in want], rtol=1e-3, atol=1e-9)
     # ResNet-8 v1: stem, then two ReLUs per unit; channels 16, 16, 16, 32, 32, 64, 64.
     assert [a.shape[0] for a in active] == [16, 16, 16, 32, 32, 64, 64]
-    assert p["relu_names"] == ["Relu", "stage1/unit1/Relu", "stage1/unit1/Relu_1", "stage2/unit1/Relu",
-                               "stage2/unit1/Relu_1", "stage3/unit1/Relu", "stage3/unit1/Relu_1"]
+    assert p["relu_names"] == [
+        "Relu",
+        "stage1/unit1/Relu",
+        "stage1/unit1/Relu_1",
+        "stage2/unit1/Relu",
+        "stage2/unit1/Relu_1",
+        "stage3/unit1/Relu",
+        "stage3/unit1/Relu_1",
+    ]
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
@@ -177,8 +188,12 @@ def test_probes_run_in_mixed_precision(precision):
     with tf.Graph().as_default():
         v1.set_random_seed(0)  # fixed weights: fp16's first step (loss scale 2^15) is known not to overflow
         v1.train.create_global_step()
-        spec = model_fn(tf.random.uniform([4, 32, 32, 3], 0, 255, seed=2), tf.constant([0, 1, 2, 3]), MODES.TRAIN,
-                        hp(precision=precision, train_batch_size=4))
+        spec = model_fn(
+            tf.random.uniform([4, 32, 32, 3], 0, 255, seed=2),
+            tf.constant([0, 1, 2, 3]),
+            MODES.TRAIN,
+            hp(precision=precision, train_batch_size=4),
+        )
         tensors = {k: v for k, v in probes.get()["tensors"].items()}
         with v1.Session() as sess:
             sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
@@ -233,11 +248,12 @@ def test_evaluation_metrics_confusion_matrix_and_mistakes_are_exact():
     wrong = [i for i in range(5) if classes[i] != [3, 1, 4, 1, 5][i]]
     conf = sorted([probs[i].max() for i in wrong] * 2, reverse=True)
     kept = values["mistakes/confidence"]
-    np.testing.assert_allclose(kept[:len(conf)], conf, rtol=1e-6)
-    assert (kept[len(conf):] == -1).all()  # slots never filled; the padding image never counts
+    np.testing.assert_allclose(kept[: len(conf)], conf, rtol=1e-6)
+    assert (kept[len(conf) :] == -1).all()  # slots never filled; the padding image never counts
     first = max(wrong, key=lambda i: probs[i].max())
-    np.testing.assert_array_equal(values["mistakes/images"][0], (np.arange(6 * 3072) % 256).reshape(
-        6, 32, 32, 3)[first].astype(np.uint8))
+    np.testing.assert_array_equal(
+        values["mistakes/images"][0], (np.arange(6 * 3072) % 256).reshape(6, 32, 32, 3)[first].astype(np.uint8)
+    )
     assert values["mistakes/true"][0] == [3, 1, 4, 1, 5][first] and values["mistakes/predicted"][0] == classes[first]
 
 
@@ -274,25 +290,52 @@ def test_quiet_logs_drop_deprecations_and_chatter_but_keep_ours_and_other_warnin
 
 
 def test_flag_errors_are_one_line_with_a_pointer_to_help():
-    proc = subprocess.run([sys.executable, "-m", "estimator.cifar10_main", "--data-dir", "x", "--health-checks",
-                           "loud"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "estimator.cifar10_main", "--data-dir", "x", "--health-checks", "loud"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-2:] == [
         "python -m estimator.cifar10_main: error: argument --health-checks: invalid choice: 'loud' "
-        "(choose from 'off', 'warn', 'stop')", "(python -m estimator.cifar10_main --help lists the flags)"]
+        "(choose from 'off', 'warn', 'stop')",
+        "(python -m estimator.cifar10_main --help lists the flags)",
+    ]
     assert "usage:" not in proc.stderr
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--health-update-ratio-min", "1", "--health-update-ratio-max", "0.1"],
-     r"--health-update-ratio-min 1 must be below --health-update-ratio-max 0\.1"),
-    (["--health-dead-relu-fraction", "1.5"], r"--health-dead-relu-fraction 1\.5 must be in \(0, 1\)"),
-    (["--health-every-n-steps", "0"], r"--health-every-n-steps 0 must be positive"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--health-update-ratio-min", "1", "--health-update-ratio-max", "0.1"],
+            r"--health-update-ratio-min 1 must be below --health-update-ratio-max 0\.1",
+        ),
+        (["--health-dead-relu-fraction", "1.5"], r"--health-dead-relu-fraction 1\.5 must be in \(0, 1\)"),
+        (["--health-every-n-steps", "0"], r"--health-every-n-steps 0 must be positive"),
+    ],
+)
 def test_bad_health_thresholds_are_refused(mini_records, flags, message):
-    proc = subprocess.run([sys.executable, "-m", "estimator.cifar10_main", "--data-dir", mini_records, "--job-dir",
-                           "/nonexistent/never-written", "--num-gpus", "0"] + flags, cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "estimator.cifar10_main",
+            "--data-dir",
+            mini_records,
+            "--job-dir",
+            "/nonexistent/never-written",
+            "--num-gpus",
+            "0",
+        ]
+        + flags,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and __import__("re").search(message, proc.stderr), proc.stderr
     assert not os.path.exists("/nonexistent/never-written")
 
@@ -306,8 +349,7 @@ def blank_records(tmp_path_factory, mini_archive):
     tmp = tmp_path_factory.mktemp("blank")
     raw = {}
     for name, (data, labels) in read_archive(mini_archive).items():
-        raw[name] = {b"data": np.zeros_like(data), b"labels": [int(x) for x in labels],
-                     b"batch_label": name.encode()}
+        raw[name] = {b"data": np.zeros_like(data), b"labels": [int(x) for x in labels], b"batch_label": name.encode()}
     path = str(tmp / "blank.tar.gz")
     sha = ca.write_tar(path, ca.official_members(raw))
     convert(str(tmp / "data"), source=path, sha256=sha, progress=False, log=lambda *_: None)
@@ -323,9 +365,15 @@ def test_preflight_passes_on_real_images(mini_records, tmp_path):
     assert rc == 0, out
     checks = json.load(open(str(tmp_path / "preflight.json")))
     assert [c["name"] for c in checks] == [
-        "label distribution (train)", "label distribution (validation)", "label distribution (eval)",
-        "loss at initialisation", "backprop dependency", "overfit one batch", "input-independent baseline",
-        "training batch picture"]
+        "label distribution (train)",
+        "label distribution (validation)",
+        "label distribution (eval)",
+        "loss at initialisation",
+        "backprop dependency",
+        "overfit one batch",
+        "input-independent baseline",
+        "training batch picture",
+    ]
     assert all(c["passed"] for c in checks) and "8 of 8 checks passed" in out
     assert "4,068 images; per class 413 427 394 402 428 379 401 411 423 390" in checks[0]["detail"]
     assert open(str(tmp_path / "training_batch.png"), "rb").read(4) == b"\x89PNG"
@@ -337,8 +385,10 @@ def test_preflight_fails_the_baseline_on_blank_images(blank_records, tmp_path):
     assert rc == 1, out
     result = {c["name"]: c["passed"] for c in json.load(open(str(tmp_path / "preflight.json")))}
     # Blank images carry nothing to learn or memorise; the network itself is sound.
-    assert [name for name, passed in result.items() if not passed] == ["overfit one batch",
-                                                                       "input-independent baseline"]
+    assert [name for name, passed in result.items() if not passed] == [
+        "overfit one batch",
+        "input-independent baseline",
+    ]
     assert "6 of 8 checks passed: FAILED overfit one batch, input-independent baseline" in out
 
 
@@ -346,17 +396,48 @@ def test_preflight_fails_the_baseline_on_blank_images(blank_records, tmp_path):
 def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mini_records, tmp_path):
     # Real images, thresholds no healthy run meets: the probes, rules and records are wired for each rule.
     job = str(tmp_path / "strict")
-    rc, out = run_main("--data-dir", mini_records, "--job-dir", job, *SMALL,
-                         "--train-steps", "60", "--train-batch-size", "32", "--eval-policy", "final", "--export",
-                         "false", "--health-every-n-steps", "5", "--health-init-loss-tolerance", "1e-6",
-                         "--health-vanishing-gradient", "1e3", "--health-exploding-factor", "1e-3",
-                         "--health-update-ratio-min", "5", "--health-loss-window", "10",
-                         "--health-loss-min-decrease", "0.99", "--health-input-mean-max", "1e-6")
+    rc, out = run_main(
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        job,
+        *SMALL,
+        "--train-steps",
+        "60",
+        "--train-batch-size",
+        "32",
+        "--eval-policy",
+        "final",
+        "--export",
+        "false",
+        "--health-every-n-steps",
+        "5",
+        "--health-init-loss-tolerance",
+        "1e-6",
+        "--health-vanishing-gradient",
+        "1e3",
+        "--health-exploding-factor",
+        "1e-3",
+        "--health-update-ratio-min",
+        "5",
+        "--health-loss-window",
+        "10",
+        "--health-loss-min-decrease",
+        "0.99",
+        "--health-input-mean-max",
+        "1e-6",
+    )
     assert rc == 0, out[-3000:]  # warn: training went on
     record = json.load(open(os.path.join(job, "health.json")))
     fired = {r["rule"]: r["step"] for r in record if r["rule"] not in ("class_accuracy", "overtraining")}
-    assert fired == {"init_loss": 0, "vanishing_gradients": 0, "update_ratio": 0, "input_stats": 0,
-                     "exploding_gradients": 25, "loss_not_decreasing": 20}, record
+    assert fired == {
+        "init_loss": 0,
+        "vanishing_gradients": 0,
+        "update_ratio": 0,
+        "input_stats": 0,
+        "exploding_gradients": 25,
+        "loss_not_decreasing": 20,
+    }, record
     assert all(r["action"] == "warn" for r in record)
     assert out.count("health: step ") == len(record)
 
@@ -364,12 +445,28 @@ def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mi
 @pytest.mark.slow
 def test_blank_images_stop_training_under_health_checks_stop(blank_records, tmp_path):
     job = str(tmp_path / "job")
-    rc, out = run_main("--data-dir", blank_records, "--job-dir", job, *SMALL,
-                         "--train-steps", "50", "--train-batch-size", "32", "--health-checks", "stop")
+    rc, out = run_main(
+        "--data-dir",
+        blank_records,
+        "--job-dir",
+        job,
+        *SMALL,
+        "--train-steps",
+        "50",
+        "--train-batch-size",
+        "32",
+        "--health-checks",
+        "stop",
+    )
     assert rc == monitor_lib.EXIT_STATUS, out[-3000:]
-    assert out.strip().splitlines()[-1].startswith(
-        "error: training stopped at step 0 by the health rule input_stats (--health-checks stop): input "
-        "statistics: the network sees mean -1.000, std 0.000")
+    assert (
+        out.strip()
+        .splitlines()[-1]
+        .startswith(
+            "error: training stopped at step 0 by the health rule input_stats (--health-checks stop): input "
+            "statistics: the network sees mean -1.000, std 0.000"
+        )
+    )
     record = json.load(open(os.path.join(job, "health.json")))
     assert [(r["rule"], r["step"], r["action"]) for r in record] == [("input_stats", 0, "stop")]
     assert not os.path.exists(os.path.join(job, "results.json"))
@@ -383,17 +480,44 @@ def fetch_json(url):
 @pytest.mark.slow
 def test_health_scalars_and_pictures_reach_tensorboard(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    rc, out = run_main("--data-dir", mini_records, "--job-dir", job, *SMALL,
-                         "--train-steps", "30", "--train-batch-size", "32", "--save-checkpoints-steps", "15",
-                         "--eval-throttle-secs", "0", "--health-every-n-steps", "10", "--log-every-n-steps", "10",
-                         "--export", "false")
+    rc, out = run_main(
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        job,
+        *SMALL,
+        "--train-steps",
+        "30",
+        "--train-batch-size",
+        "32",
+        "--save-checkpoints-steps",
+        "15",
+        "--eval-throttle-secs",
+        "0",
+        "--health-every-n-steps",
+        "10",
+        "--log-every-n-steps",
+        "10",
+        "--export",
+        "false",
+    )
     assert rc == 0, out[-3000:]
     assert not os.path.exists(os.path.join(job, "health.json"))  # a healthy run: no alarms
     assert open(os.path.join(job, "curves.png"), "rb").read(4) == b"\x89PNG"
     port = free_port()
-    tensorboard = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "tensorboard"), "--logdir", job,
-                                    "--host", "127.0.0.1", "--port", str(port)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tensorboard = subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "tensorboard"),
+            "--logdir",
+            job,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = "http://127.0.0.1:%d/data/plugin/" % port
     try:
         deadline, images = time.time() + 90, {}
@@ -401,9 +525,11 @@ def test_health_scalars_and_pictures_reach_tensorboard(mini_records, tmp_path):
             try:
                 images = fetch_json(base + "images/tags")
                 scalars = fetch_json(base + "scalars/tags")
-                if "pictures/confusion_matrix" in images.get("eval_validation", {}) and \
-                        "pictures/training_batch" in images.get(".", {}) and \
-                        "per_class_accuracy/cat" in scalars.get("eval_validation", {}):
+                if (
+                    "pictures/confusion_matrix" in images.get("eval_validation", {})
+                    and "pictures/training_batch" in images.get(".", {})
+                    and "per_class_accuracy/cat" in scalars.get("eval_validation", {})
+                ):
                     break
             except OSError:
                 pass
@@ -411,8 +537,14 @@ def test_health_scalars_and_pictures_reach_tensorboard(mini_records, tmp_path):
         assert "pictures/training_batch" in images["."], images
         assert {"pictures/confusion_matrix", "pictures/most_confident_mistakes"} <= set(images["eval_validation"])
         scalars = fetch_json(base + "scalars/tags")
-        assert {"health/gradient_norm", "health/init_loss", "health/input_mean", "health/input_std",
-                "health/min_gradient_mean_abs", "health/update_ratio_max"} <= set(scalars["."])
+        assert {
+            "health/gradient_norm",
+            "health/init_loss",
+            "health/input_mean",
+            "health/input_std",
+            "health/min_gradient_mean_abs",
+            "health/update_ratio_max",
+        } <= set(scalars["."])
         assert {"per_class_accuracy/" + n for n in CLASS_NAMES} <= set(scalars["eval_validation"])
         norm = fetch_json(base + "scalars/scalars?tag=health/gradient_norm&run=.")
         assert [step for _, step, _ in norm] == [0, 10, 20]

@@ -17,8 +17,7 @@ def small(tmp_path_factory):
     """Records with train 4+3+5+2 = 14, validation 6, eval 7 images of known values."""
     tmp = tmp_path_factory.mktemp("small")
     sha, batches = ca.make_archive(str(tmp / "a.tar.gz"), sizes=(4, 3, 5, 2, 6, 7))
-    convert(str(tmp / "data"), source=str(tmp / "a.tar.gz"), sha256=sha, progress=False,
-            log=lambda *_: None)
+    convert(str(tmp / "data"), source=str(tmp / "a.tar.gz"), sha256=sha, progress=False, log=lambda *_: None)
     return str(tmp / "data"), batches
 
 
@@ -65,9 +64,13 @@ def test_distortion_is_a_padded_crop_maybe_flipped():
     padded = np.pad(images, [(0, 0), (4, 4), (4, 4), (0, 0)])
     offsets, flips = set(), 0
     for i in range(64):
-        match = [(dy, dx, f) for dy in range(9) for dx in range(9) for f in (0, 1)
-                 if np.array_equal(out[i], (lambda c: c[:, ::-1] if f else c)(
-                     padded[i, dy:dy + 32, dx:dx + 32]))]
+        match = [
+            (dy, dx, f)
+            for dy in range(9)
+            for dx in range(9)
+            for f in (0, 1)
+            if np.array_equal(out[i], (lambda c: c[:, ::-1] if f else c)(padded[i, dy : dy + 32, dx : dx + 32]))
+        ]
         assert match, "image %d is not a crop of its padded source" % i
         offsets.add(match[0][:2])
         flips += match[0][2]

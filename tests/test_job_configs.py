@@ -30,13 +30,23 @@ def test_config_matches_the_training_input_schema(name):
 
 
 def test_the_validator_catches_mistakes():
-    bad = {"scaleTier": "HUGE", "workerCount": "two", "masterConfig": {"acceleratorConfig": {"type": "GPU"}},
-           "hyperparameters": {"goal": "MAXIMISE", "maxTrials": 1.5, "params": [{"scaleType": "LOG"}]},
-           "typo": 1}
+    bad = {
+        "scaleTier": "HUGE",
+        "workerCount": "two",
+        "masterConfig": {"acceleratorConfig": {"type": "GPU"}},
+        "hyperparameters": {"goal": "MAXIMISE", "maxTrials": 1.5, "params": [{"scaleType": "LOG"}]},
+        "typo": 1,
+    }
     errors = check(bad, {"$ref": "GoogleCloudMlV1__TrainingInput"}, "trainingInput")
-    for fragment in ("'HUGE' is not one of", "workerCount: expected an integer", "'GPU' is not one of",
-                     "'MAXIMISE' is not one of", "maxTrials: expected an integer", "'LOG' is not one of",
-                     "unknown field 'typo'"):
+    for fragment in (
+        "'HUGE' is not one of",
+        "workerCount: expected an integer",
+        "'GPU' is not one of",
+        "'MAXIMISE' is not one of",
+        "maxTrials: expected an integer",
+        "'LOG' is not one of",
+        "unknown field 'typo'",
+    ):
         assert any(fragment in e for e in errors), (fragment, errors)
 
 
@@ -74,6 +84,7 @@ def test_every_tuned_parameter_is_a_trainer_flag_in_range():
         assert "--" + param["parameterName"] in flags, param["parameterName"]
         for value in _values(param):
             # The service passes --name=value; the trainer must accept both ends of every range.
-            args = parser.parse_args(["--data-dir", "d", "--job-dir", "j", "--num-gpus", "0",
-                                      "--%s=%s" % (param["parameterName"], value)])
+            args = parser.parse_args(
+                ["--data-dir", "d", "--job-dir", "j", "--num-gpus", "0", "--%s=%s" % (param["parameterName"], value)]
+            )
             hparams_lib.validate(args, cluster_lib.Cluster(), gpus_visible=0)

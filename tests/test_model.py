@@ -20,13 +20,13 @@ def count_params():
     return sum(v.shape.num_elements() for v in v1.trainable_variables())
 
 
-@pytest.mark.parametrize("depth,params,paper", [
-    (20, 269722, "0.27"), (32, 464154, "0.46"), (44, 658586, "0.66"), (56, 853018, "0.85"),
-    (110, 1727962, "1.7")])
+@pytest.mark.parametrize(
+    "depth,params,paper",
+    [(20, 269722, "0.27"), (32, 464154, "0.46"), (44, 658586, "0.66"), (56, 853018, "0.85"), (110, 1727962, "1.7")],
+)
 def test_parameter_counts_match_he_et_al_table_6(depth, params, paper):
     with tf.Graph().as_default():
-        logits = ResNetCifar10(depth, True, 0.997, 1e-5, "channels_last").forward_pass(
-            tf.zeros([2, 32, 32, 3]))
+        logits = ResNetCifar10(depth, True, 0.997, 1e-5, "channels_last").forward_pass(tf.zeros([2, 32, 32, 3]))
         assert logits.shape == (2, 10)
         assert count_params() == params
     assert ("%.2f" % (params / 1e6)).startswith(paper) or "%.1f" % (params / 1e6) == paper
@@ -47,8 +47,9 @@ def test_bottleneck_depths_are_9n_plus_2():
 def _logits_with_shared_weights(data_format, version, images, values=None):
     with tf.Graph().as_default():
         with v1.variable_scope("resnet"):
-            model = ResNetCifar10(8 if version != "bottleneck_v2" else 11, False, 0.9, 1e-5,
-                                  data_format, version=version)
+            model = ResNetCifar10(
+                8 if version != "bottleneck_v2" else 11, False, 0.9, 1e-5, data_format, version=version
+            )
             logits = model.forward_pass(tf.constant(images), input_data_format="channels_last")
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
@@ -66,8 +67,6 @@ def test_both_data_formats_compute_the_same_function(version):
     nchw, _ = _logits_with_shared_weights("channels_first", version, images, values)
     assert nhwc.shape == (3, 10)
     np.testing.assert_allclose(nchw, nhwc, rtol=1e-4, atol=1e-4)
-
-
 
 
 def _session_config(towers):
@@ -93,10 +92,9 @@ def test_model_fn_every_mode(towers, mode):
             assert spec.loss.dtype == tf.float32 and spec.loss.shape == ()
             fetch = {"loss": spec.loss}
         if mode == MODES.EVAL:
-            assert set(spec.eval_metric_ops) == {"accuracy", "cross_entropy", "eval_examples",
-                                                 "confusion_matrix"} | {
-                "per_class_accuracy/" + n for n in CLASS_NAMES} | {
-                "mistakes/" + n for n in ("confidence", "images", "true", "predicted")}
+            assert set(spec.eval_metric_ops) == {"accuracy", "cross_entropy", "eval_examples", "confusion_matrix"} | {
+                "per_class_accuracy/" + n for n in CLASS_NAMES
+            } | {"mistakes/" + n for n in ("confidence", "images", "true", "predicted")}
         with v1.Session(config=_session_config(towers)) as sess:
             sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
             if mode == MODES.TRAIN:
@@ -116,11 +114,11 @@ def test_model_fn_every_mode(towers, mode):
 def test_towers_and_variables_are_placed_as_asked():
     with tf.Graph().as_default():
         v1.train.create_global_step()
-        model_fn(tf.zeros([4, 32, 32, 3]), tf.zeros([4], tf.int32), MODES.TRAIN, hp(num_cpu_towers=2,
-                                                                                   train_batch_size=4))
+        model_fn(
+            tf.zeros([4, 32, 32, 3]), tf.zeros([4], tf.int32), MODES.TRAIN, hp(num_cpu_towers=2, train_batch_size=4)
+        )
         graph = tf.compat.v1.get_default_graph()
-        variables = [op for op in graph.get_operations() if op.type == "VarHandleOp"
-                     and op.name.startswith("resnet/")]
+        variables = [op for op in graph.get_operations() if op.type == "VarHandleOp" and op.name.startswith("resnet/")]
         assert variables and all(op.device.endswith("CPU:0") for op in variables)
         convs = [op for op in graph.get_operations() if op.type == "Conv2D"]
         assert {op.name.split("/")[0] for op in convs if op.device.endswith("CPU:1")} == {"tower_1"}
@@ -131,8 +129,12 @@ def test_gpu_strategy_spreads_variables_evenly_over_gpus():
     # Graph construction only: placement can be checked without GPUs.
     with tf.Graph().as_default():
         v1.train.create_global_step()
-        model_fn(tf.zeros([4, 32, 32, 3]), tf.zeros([4], tf.int32), MODES.TRAIN,
-                 hp(num_gpus=2, variable_strategy="GPU", train_batch_size=4, data_format="channels_first"))
+        model_fn(
+            tf.zeros([4, 32, 32, 3]),
+            tf.zeros([4], tf.int32),
+            MODES.TRAIN,
+            hp(num_gpus=2, variable_strategy="GPU", train_batch_size=4, data_format="channels_first"),
+        )
         load = {}
         for op in tf.compat.v1.get_default_graph().get_operations():
             # Momentum slots follow their variables; the placer balances the variables.
@@ -211,8 +213,12 @@ def test_learning_rate_decays_in_the_graph():
     with tf.Graph().as_default():
         step = v1.train.create_global_step()
         v1.train.get_or_create_global_step()
-        spec = model_fn(tf.zeros([2, 32, 32, 3]), tf.zeros([2], tf.int32), MODES.TRAIN,
-                        hp(num_cpu_towers=1, train_batch_size=2, num_train_examples=4))
+        spec = model_fn(
+            tf.zeros([2, 32, 32, 3]),
+            tf.zeros([2], tf.int32),
+            MODES.TRAIN,
+            hp(num_cpu_towers=1, train_batch_size=2, num_train_examples=4),
+        )
         lr = tf.compat.v1.get_default_graph().get_tensor_by_name("learning_rate:0")
         assert spec.train_op is not None
         with v1.Session() as sess:
@@ -227,8 +233,9 @@ def test_learning_rate_decays_in_the_graph():
 
 # bf16 with channels_first is a GPU combination: TensorFlow's CPU depthwise
 # convolution in bf16 takes NHWC only.
-@pytest.mark.parametrize("data_format,precision", [("channels_last", "fp32"), ("channels_first", "fp32"),
-                                                   ("channels_last", "bf16")])
+@pytest.mark.parametrize(
+    "data_format,precision", [("channels_last", "fp32"), ("channels_first", "fp32"), ("channels_last", "bf16")]
+)
 def test_average_pool_is_exact_on_computed_inputs(data_format, precision):
     # TF 2.15's oneDNN AvgPool returned wrong values about one graph in three
     # on inputs computed in the same graph; several fresh graphs expose that.
@@ -239,7 +246,7 @@ def test_average_pool_is_exact_on_computed_inputs(data_format, precision):
     # bf16 rounds the inputs (8-bit mantissa) and the mean of four: 2 * 2^-8 relative at most.
     rounded = x if precision == "fp32" else tf.cast(tf.cast(x, tf.bfloat16), tf.float32).numpy()
     want = np.maximum(rounded, 0).reshape(4, 8, 2, 8, 2, 8).mean(axis=(2, 4))
-    tol = 1e-6 if precision == "fp32" else 2 ** -7
+    tol = 1e-6 if precision == "fp32" else 2**-7
     for _ in range(6):
         with tf.Graph().as_default():
             net = ResNet(False, data_format, 0.9, 1e-5, precision)
@@ -261,8 +268,9 @@ def test_flip_tta_accuracy_against_a_hand_computed_case():
     computed here from the network's own probabilities of each view, and differs from the plain one."""
     # Two colours per image, split off-centre (12 and 20 columns): the mirror is another image.
     left, right = np.random.RandomState(2).uniform(0, 255, (2, 30, 1, 1, 3))
-    images = np.concatenate([np.broadcast_to(left, (30, 32, 12, 3)), np.broadcast_to(right, (30, 32, 20, 3))],
-                            axis=2).astype(np.float32)
+    images = np.concatenate(
+        [np.broadcast_to(left, (30, 32, 12, 3)), np.broadcast_to(right, (30, 32, 20, 3))], axis=2
+    ).astype(np.float32)
     with tf.Graph().as_default():
         v1.set_random_seed(3)  # fixed weights: a case computed once, the same every run
         v1.train.create_global_step()

@@ -15,22 +15,41 @@ from tests.helpers import REPO
 def test_code_runs_on_the_cloud_runtimes_python():
     # Runtime 2.11 of AI Platform runs Python 3.7: no newer syntax or library calls.
     vermin = os.path.join(os.path.dirname(sys.executable), "vermin")
-    proc = subprocess.run([vermin, "--target=3.7-", "--no-tips", "--violations", "--no-parse-comments",
-                           "estimator", "generate_cifar10_tfrecords.py", "setup.py"],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            vermin,
+            "--target=3.7-",
+            "--no-tips",
+            "--violations",
+            "--no-parse-comments",
+            "estimator",
+            "generate_cifar10_tfrecords.py",
+            "setup.py",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.slow
 def test_sdist_installs_with_pip_and_trains_outside_the_source_tree(tmp_path, mini_records):
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(dist)], cwd=REPO, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "sdist", "-d", str(dist)], cwd=REPO, check=True, capture_output=True
+    )
     [sdist] = glob.glob(str(dist / "cifar10-resnet-estimator-*.tar.gz")) or glob.glob(
-        str(dist / "cifar10_resnet_estimator-*.tar.gz"))
+        str(dist / "cifar10_resnet_estimator-*.tar.gz")
+    )
     names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
-    assert {"estimator/cifar10_main.py", "estimator/cifar10.py", "estimator/local_cluster.py",
-            "generate_cifar10_tfrecords.py", "setup.py"} <= names
+    assert {
+        "estimator/cifar10_main.py",
+        "estimator/cifar10.py",
+        "estimator/local_cluster.py",
+        "generate_cifar10_tfrecords.py",
+        "setup.py",
+    } <= names
 
     # A Python of its own whose only copy of the package is the installed one; the
     # dependencies come from this environment's site-packages, added by a .pth
@@ -40,8 +59,11 @@ def test_sdist_installs_with_pip_and_trains_outside_the_source_tree(tmp_path, mi
     site = glob.glob(str(env_dir / "lib" / "python*" / "site-packages"))[0]
     with open(os.path.join(site, "deps.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", site, sdist], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", site, sdist],
+        check=True,
+        capture_output=True,
+    )
     [metadata] = glob.glob(os.path.join(site, "cifar10_resnet_estimator-*.dist-info", "METADATA"))
     requires = [line.split(":", 1)[1].strip() for line in open(metadata) if line.startswith("Requires-Dist:")]
     for dependency in ("google-cloud-storage", "cloudml-hypertune", "pyyaml", "requests", "tqdm"):
@@ -54,12 +76,38 @@ def test_sdist_installs_with_pip_and_trains_outside_the_source_tree(tmp_path, mi
     elsewhere.mkdir()
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("PYTHONPATH", None)
-    where = subprocess.run([python, "-c", "import estimator; print(estimator.__file__)"], cwd=str(elsewhere),
-                           env=env, capture_output=True, text=True, check=True).stdout.strip()
+    where = subprocess.run(
+        [python, "-c", "import estimator; print(estimator.__file__)"],
+        cwd=str(elsewhere),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert where.startswith(site), where
-    proc = subprocess.run([python, "-m", "estimator.cifar10_main", "--data-dir", mini_records, "--job-dir",
-                           str(elsewhere / "job"), "--num-gpus", "0", "--num-layers", "8", "--train-steps", "5",
-                           "--train-batch-size", "16"], cwd=str(elsewhere), env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            python,
+            "-m",
+            "estimator.cifar10_main",
+            "--data-dir",
+            mini_records,
+            "--job-dir",
+            str(elsewhere / "job"),
+            "--num-gpus",
+            "0",
+            "--num-layers",
+            "8",
+            "--train-steps",
+            "5",
+            "--train-batch-size",
+            "16",
+        ],
+        cwd=str(elsewhere),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert os.path.exists(str(elsewhere / "job" / "results.json"))

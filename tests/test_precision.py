@@ -19,8 +19,6 @@ v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
 
 
-
-
 def logits_of(precision, images, values=None):
     """Inference logits of ResNet-8; ``values`` loads the same weights into another precision."""
     with tf.Graph().as_default():
@@ -57,8 +55,12 @@ def test_bf16_logits_match_fp32_logits_of_the_same_weights():
 def test_variables_stay_float32_and_compute_is_low_precision(precision):
     with tf.Graph().as_default():
         v1.train.create_global_step()
-        model_fn(tf.random.uniform([6, 32, 32, 3], 0, 255), tf.constant([1, 2, 3, 4, 5, 6]), MODES.TRAIN,
-                 hp(precision=precision))
+        model_fn(
+            tf.random.uniform([6, 32, 32, 3], 0, 255),
+            tf.constant([1, 2, 3, 4, 5, 6]),
+            MODES.TRAIN,
+            hp(precision=precision),
+        )
         graph = v1.get_default_graph()
         floats = [v for v in v1.global_variables() if v.dtype.base_dtype.is_floating]
         assert floats and all(v.dtype.base_dtype == tf.float32 for v in floats)
@@ -77,28 +79,32 @@ def _fp16_step(images):
         scale = [v for name, v in names.items() if name.endswith("current_loss_scale")][0]
         with v1.Session() as sess:
             sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
-            assert sess.run(scale) == 2.0 ** 15
+            assert sess.run(scale) == 2.0**15
             sess.run(spec.train_op)
             return sess.run([step, names["skipped_steps"], scale])
 
 
 def test_fp16_good_step_updates_and_keeps_the_scale():
     images = np.random.RandomState(0).uniform(0, 255, size=(6, 32, 32, 3)).astype(np.float32)
-    assert _fp16_step(images) == [1, 0, 2.0 ** 15]
+    assert _fp16_step(images) == [1, 0, 2.0**15]
 
 
 def test_fp16_overflow_skips_the_step_and_halves_the_scale():
     # 1e9 overflows float16 (max 65,504) in the first layer: gradients are not finite.
     images = np.full((6, 32, 32, 3), 1e9, np.float32)
-    assert _fp16_step(images) == [0, 1, 2.0 ** 14]
+    assert _fp16_step(images) == [0, 1, 2.0**14]
 
 
 def test_fp16_with_sync_replicas_builds():
     # SyncReplicasOptimizer wraps the loss-scale optimizer (graph only: no cluster here).
     with tf.Graph().as_default():
         v1.train.create_global_step()
-        spec = model_fn(tf.zeros([6, 32, 32, 3]), tf.zeros([6], tf.int32), MODES.TRAIN,
-                        hp(precision="fp16", sync=True, num_workers=2))
+        spec = model_fn(
+            tf.zeros([6, 32, 32, 3]),
+            tf.zeros([6], tf.int32),
+            MODES.TRAIN,
+            hp(precision="fp16", sync=True, num_workers=2),
+        )
         assert spec.train_op is not None
         # Local variables: checkpoints are the same in every precision.
         names = [v.op.name for v in v1.local_variables()]
@@ -112,8 +118,9 @@ def test_checkpoints_carry_over_between_precisions(mini_records, tmp_path):
     base = hp(data_dir=mini_records, job_dir=job, train_batch_size=8, eval_batch_size=100)
 
     def estimator(precision):
-        config = tf.estimator.RunConfig(model_dir=job, tf_random_seed=1, save_summary_steps=1000,
-                                        log_step_count_steps=1000)
+        config = tf.estimator.RunConfig(
+            model_dir=job, tf_random_seed=1, save_summary_steps=1000, log_step_count_steps=1000
+        )
         return tf.estimator.Estimator(model_fn, config=config, params=base.replace(precision=precision))
 
     estimator("bf16").train(train.input_fn(base, "train", seed=1), max_steps=2)

@@ -14,14 +14,16 @@ def rates(steps, **kw):
 
 
 def test_piecewise_keeps_the_old_rate_on_a_boundary_step():
-    got = rates([0, 164, 165, 246, 247, 600, 601], schedule="piecewise", peak=0.1, total_steps=1000,
-                boundaries=[164, 246, 600])
+    got = rates(
+        [0, 164, 165, 246, 247, 600, 601], schedule="piecewise", peak=0.1, total_steps=1000, boundaries=[164, 246, 600]
+    )
     np.testing.assert_allclose(got, [0.1, 0.1, 0.01, 0.01, 0.001, 0.001, 0.0002], rtol=1e-6)
 
 
 def test_warmup_is_linear_and_reaches_the_peak_on_its_last_step():
-    got = rates([0, 1, 3, 4, 164, 165], schedule="piecewise", peak=0.4, total_steps=1000, warmup=4,
-                boundaries=[164, 246, 600])
+    got = rates(
+        [0, 1, 3, 4, 164, 165], schedule="piecewise", peak=0.4, total_steps=1000, warmup=4, boundaries=[164, 246, 600]
+    )
     np.testing.assert_allclose(got, [0.1, 0.2, 0.4, 0.4, 0.4, 0.04], rtol=1e-6)
 
 
@@ -34,8 +36,9 @@ def test_cosine_from_the_peak_to_zero():
 
 def test_onecycle_is_a_triangle():
     kw = dict(schedule="onecycle", peak=1.0, total_steps=100, warmup=20)
-    np.testing.assert_allclose(rates([0, 9, 19, 20, 60, 99, 100], **kw),
-                               [0.05, 0.5, 1.0, 1.0, 0.5, 0.0125, 0.0], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        rates([0, 9, 19, 20, 60, 99, 100], **kw), [0.05, 0.5, 1.0, 1.0, 0.5, 0.0125, 0.0], rtol=1e-6, atol=1e-9
+    )
 
 
 def test_unknown_schedule_is_refused():
@@ -55,14 +58,29 @@ def test_derived_step_counts():
 
 
 def parse(mini_records, tmp_path, *flags):
-    return cifar10_main.parse(["--data-dir", mini_records, "--job-dir", str(tmp_path / "job"),
-                               "--num-gpus", "0"] + list(flags))
+    return cifar10_main.parse(
+        ["--data-dir", mini_records, "--job-dir", str(tmp_path / "job"), "--num-gpus", "0"] + list(flags)
+    )
 
 
 def test_train_epochs_and_schedule_land_in_hparams(mini_records, tmp_path):
-    hp = parse(mini_records, tmp_path, "--train-epochs", "2", "--lr-schedule", "onecycle",
-               "--train-batch-size", "256.0", "--lr-scaling", "linear", "--label-smoothing", "0.1",
-               "--nesterov", "--precision", "bf16")
+    hp = parse(
+        mini_records,
+        tmp_path,
+        "--train-epochs",
+        "2",
+        "--lr-schedule",
+        "onecycle",
+        "--train-batch-size",
+        "256.0",
+        "--lr-scaling",
+        "linear",
+        "--label-smoothing",
+        "0.1",
+        "--nesterov",
+        "--precision",
+        "bf16",
+    )
     # The mini archive's 4,068 training images at batch 256: 31.8 steps for 2 epochs, rounded up.
     assert (hp.train_steps, hp.train_batch_size, hp.train_epochs) == (32, 256, 2.0)
     assert (hp.lr_schedule, hp.label_smoothing, hp.nesterov, hp.precision) == ("onecycle", 0.1, True, "bf16")
@@ -71,8 +89,7 @@ def test_train_epochs_and_schedule_land_in_hparams(mini_records, tmp_path):
 
 def test_defaults_keep_the_original_schedule(mini_records, tmp_path):
     hp = parse(mini_records, tmp_path)
-    assert (hp.train_steps, hp.lr_schedule, hp.precision, hp.eval_policy) == (80000, "piecewise", "fp32",
-                                                                              "periodic")
+    assert (hp.train_steps, hp.lr_schedule, hp.precision, hp.eval_policy) == (80000, "piecewise", "fp32", "periodic")
     assert hp.schedule.boundaries == (31 * 82, 31 * 123, 31 * 300)
     assert hp.schedule.values == pytest.approx([0.1, 0.01, 0.001, 0.0002])
 
@@ -85,18 +102,23 @@ def test_he2016_decay_steps(mini_records, tmp_path):
     np.testing.assert_allclose(got, [0.1, 0.01, 0.01, 0.001], rtol=1e-6)
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--lr-decay-steps", "100", "50"], "--lr-decay-steps 100 50 must be positive and increasing"),
-    (["--lr-decay-steps", "100", "--lr-schedule", "cosine"], "--lr-decay-steps sets the piecewise"),
-    (["--train-steps", "10", "--train-epochs", "1"], "--train-steps 10 and --train-epochs 1.0 both set"),
-    (["--train-epochs", "0"], "--train-epochs 0.0 must be positive"),
-    (["--lr-schedule", "cosine", "--train-steps", "10", "--warmup-epochs", "1"],
-     "--warmup-epochs 1.0 is 10 steps, as long as the whole run \\(10 steps\\)"),
-    (["--label-smoothing", "1"], "--label-smoothing 1.0 must be in \\[0, 1\\)"),
-    (["--warmup-epochs", "-1"], "--warmup-epochs -1.0 must not be negative"),
-    (["--train-batch-size", "128.5"], "'128.5' is not a whole number"),
-    (["--precision", "fp8"], "invalid choice: 'fp8'"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--lr-decay-steps", "100", "50"], "--lr-decay-steps 100 50 must be positive and increasing"),
+        (["--lr-decay-steps", "100", "--lr-schedule", "cosine"], "--lr-decay-steps sets the piecewise"),
+        (["--train-steps", "10", "--train-epochs", "1"], "--train-steps 10 and --train-epochs 1.0 both set"),
+        (["--train-epochs", "0"], "--train-epochs 0.0 must be positive"),
+        (
+            ["--lr-schedule", "cosine", "--train-steps", "10", "--warmup-epochs", "1"],
+            "--warmup-epochs 1.0 is 10 steps, as long as the whole run \\(10 steps\\)",
+        ),
+        (["--label-smoothing", "1"], "--label-smoothing 1.0 must be in \\[0, 1\\)"),
+        (["--warmup-epochs", "-1"], "--warmup-epochs -1.0 must not be negative"),
+        (["--train-batch-size", "128.5"], "'128.5' is not a whole number"),
+        (["--precision", "fp8"], "invalid choice: 'fp8'"),
+    ],
+)
 def test_bad_schedule_flags_are_refused(mini_records, tmp_path, capsys, flags, message):
     with pytest.raises(SystemExit) as e:
         parse(mini_records, tmp_path, *flags)

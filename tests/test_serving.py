@@ -19,9 +19,26 @@ from tests.helpers import REPO, events, run_main, run_module
 
 pytestmark = pytest.mark.slow
 
-FLAGS = ["--num-gpus", "0", "--num-layers", "8", "--train-batch-size", "32", "--eval-batch-size", "100",
-         "--save-checkpoints-steps", "20", "--eval-throttle-secs", "0", "--batch-norm-decay", "0.9",
-         "--log-every-n-steps", "20", "--seed", "4"]
+FLAGS = [
+    "--num-gpus",
+    "0",
+    "--num-layers",
+    "8",
+    "--train-batch-size",
+    "32",
+    "--eval-batch-size",
+    "100",
+    "--save-checkpoints-steps",
+    "20",
+    "--eval-throttle-secs",
+    "0",
+    "--batch-norm-decay",
+    "0.9",
+    "--log-every-n-steps",
+    "20",
+    "--seed",
+    "4",
+]
 
 
 def exports(job, kind):
@@ -53,11 +70,21 @@ def test_best_and_final_exports(job):
 
 
 def test_saved_model_cli_shows_both_signatures(job):
-    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "saved_model_cli"), "show", "--dir",
-                          exports(job, "final")[0], "--all"], capture_output=True, text=True, check=True).stdout
-    default = out[out.index("signature_def['serving_default']"):]
+    out = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "saved_model_cli"),
+            "show",
+            "--dir",
+            exports(job, "final")[0],
+            "--all",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    default = out[out.index("signature_def['serving_default']") :]
     assert "inputs['image_bytes'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in default
-    images = out[out.index("signature_def['images']"):out.index("signature_def['serving_default']")]
+    images = out[out.index("signature_def['images']") : out.index("signature_def['serving_default']")]
     assert "inputs['images'] tensor_info:\n        dtype: DT_FLOAT\n        shape: (-1, 32, 32, 3)" in images
     for block in (default, images):
         assert "outputs['classes']" in block and "DT_INT32" in block
@@ -87,14 +114,22 @@ def test_signatures_match_estimator_predict_in_a_fresh_process(job, mini_records
         tf.io.write_file(path, tf.io.encode_png(tf.cast(image, tf.uint8)))
         pngs.append(path)
     np.save(str(tmp_path / "images.npy"), pixels)
-    proc = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, exports(job, "final")[0], str(tmp_path / "images.npy")]
-                          + pngs, capture_output=True, text=True, check=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_SCRIPT, exports(job, "final")[0], str(tmp_path / "images.npy")] + pngs,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     served = json.loads(proc.stdout)
 
     hp = config.load(job)
     estimator = tf.estimator.Estimator(model_fn, model_dir=job, params=hp)
-    predicted = list(estimator.predict(lambda: tf.data.Dataset.from_tensors(tf.constant(pixels)),
-                                       checkpoint_path=tf.train.latest_checkpoint(job)))
+    predicted = list(
+        estimator.predict(
+            lambda: tf.data.Dataset.from_tensors(tf.constant(pixels)), checkpoint_path=tf.train.latest_checkpoint(job)
+        )
+    )
     want = np.array([p["probabilities"] for p in predicted])
     np.testing.assert_allclose(served["bytes"], want, atol=1e-5)
     np.testing.assert_allclose(served["images"], want, atol=1e-5)
@@ -102,9 +137,16 @@ def test_signatures_match_estimator_predict_in_a_fresh_process(job, mini_records
 
 
 def test_predict_records_reproduces_the_evaluation_accuracy(job, mini_records, tmp_path):
-    rc, out, err = run_module("estimator.predict", "--model", os.path.join(job, "export", "final"), "--records",
-                              os.path.join(mini_records, "eval.tfrecords"), "--json",
-                              "--confusion-matrix", str(tmp_path / "cm.png"))
+    rc, out, err = run_module(
+        "estimator.predict",
+        "--model",
+        os.path.join(job, "export", "final"),
+        "--records",
+        os.path.join(mini_records, "eval.tfrecords"),
+        "--json",
+        "--confusion-matrix",
+        str(tmp_path / "cm.png"),
+    )
     assert rc == 0, err
     scored = json.loads(out)
     results = json.load(open(os.path.join(job, "results.json")))
@@ -150,8 +192,7 @@ def test_predict_files_top_k_json_and_conversions(job, mini_records, tmp_path):
     assert rc == 0 and list(instance) == ["image_bytes"] and "b64" in instance["image_bytes"]
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"", "is empty"), (b"not an image at all", "is not a PNG or JPEG image")])
+@pytest.mark.parametrize("content,message", [(b"", "is empty"), (b"not an image at all", "is not a PNG or JPEG image")])
 def test_predict_refuses_bad_image_files(job, tmp_path, content, message):
     bad = tmp_path / "bad.png"
     bad.write_bytes(content)
@@ -170,8 +211,9 @@ def test_predict_refuses_a_directory_without_saved_model(tmp_path):
 
 def test_export_cli_and_its_refusals(job, tmp_path):
     out_dir = str(tmp_path / "model")
-    rc, out, err = run_module("estimator.export", "--job-dir", job, "--checkpoint",
-                              os.path.join(job, "model.ckpt-20"), "--output", out_dir)
+    rc, out, err = run_module(
+        "estimator.export", "--job-dir", job, "--checkpoint", os.path.join(job, "model.ckpt-20"), "--output", out_dir
+    )
     assert rc == 0, err
     assert os.path.isfile(os.path.join(out_dir, "saved_model.pb")) and "model.ckpt-20" in out
     rc, _, err = run_module("estimator.export", "--job-dir", job, "--output", out_dir)
@@ -216,8 +258,7 @@ def test_restarted_job_keeps_the_real_best(job, mini_records, tmp_path):
 
 def test_export_can_be_turned_off(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    rc, log = run_main("--data-dir", mini_records, "--job-dir", job, "--train-steps", "5", "--export", "false",
-                       *FLAGS)
+    rc, log = run_main("--data-dir", mini_records, "--job-dir", job, "--train-steps", "5", "--export", "false", *FLAGS)
     assert rc == 0, log[-3000:]
     assert not os.path.exists(os.path.join(job, "export"))
     assert json.load(open(os.path.join(job, "hparams.json")))["hparams"]["export"] is False
@@ -226,7 +267,22 @@ def test_export_can_be_turned_off(mini_records, tmp_path):
 def test_serving_hparams_are_one_float32_cpu_tower():
     from estimator.serving.signatures import serving_hparams
 
-    hp = serving_hparams(HParams(data_dir="", job_dir="", num_gpus=2, variable_strategy="GPU", precision="bf16",
-                                 data_format="channels_first", eval_flip_tta=True))
-    assert (hp.num_gpus, hp.num_cpu_towers, hp.variable_strategy, hp.precision, hp.data_format, hp.eval_flip_tta) \
-        == (0, 0, "CPU", "fp32", "channels_last", False)
+    hp = serving_hparams(
+        HParams(
+            data_dir="",
+            job_dir="",
+            num_gpus=2,
+            variable_strategy="GPU",
+            precision="bf16",
+            data_format="channels_first",
+            eval_flip_tta=True,
+        )
+    )
+    assert (hp.num_gpus, hp.num_cpu_towers, hp.variable_strategy, hp.precision, hp.data_format, hp.eval_flip_tta) == (
+        0,
+        0,
+        "CPU",
+        "fp32",
+        "channels_last",
+        False,
+    )

@@ -40,10 +40,10 @@ def test_bad_gcs_paths():
 def test_convert_to_gcs_uploads_verified_records(gcs, tmp_path):
     sha, batches = ca.make_archive(str(tmp_path / "a.tar.gz"), sizes=(2, 3, 1, 2, 4, 5))
     data_dir = gcs + "/cifar"
-    manifest = convert(data_dir, source=str(tmp_path / "a.tar.gz"), sha256=sha, progress=False,
-                       log=lambda *_: None)
+    manifest = convert(data_dir, source=str(tmp_path / "a.tar.gz"), sha256=sha, progress=False, log=lambda *_: None)
     assert storage.list_names(data_dir) == sorted(
-        [fmt.MANIFEST_NAME, "eval.tfrecords", "train.tfrecords", "validation.tfrecords"])
+        [fmt.MANIFEST_NAME, "eval.tfrecords", "train.tfrecords", "validation.tfrecords"]
+    )
     assert json.loads(storage.read_text(data_dir + "/" + fmt.MANIFEST_NAME)) == manifest
     local = str(tmp_path / "eval.tfrecords")
     with open(local, "wb") as f:
@@ -64,6 +64,5 @@ def test_convert_to_gcs_uploads_verified_records(gcs, tmp_path):
 def test_failed_convert_leaves_nothing_in_the_bucket(gcs, tmp_path):
     ca.make_archive(str(tmp_path / "a.tar.gz"))
     with pytest.raises(ConversionError):
-        convert(gcs + "/cifar", source=str(tmp_path / "a.tar.gz"), md5="0" * 32, progress=False,
-                log=lambda *_: None)
+        convert(gcs + "/cifar", source=str(tmp_path / "a.tar.gz"), md5="0" * 32, progress=False, log=lambda *_: None)
     assert storage.list_names(gcs + "/cifar") == []

@@ -16,8 +16,22 @@ pytestmark = pytest.mark.slow
 
 # The learning check's settings: ResNet-20, batch 128, batch-norm decay 0.9 so
 # the moving averages keep up within a few hundred steps (../shared/TF215-NOTES.md).
-LEARN = ["--num-gpus", "0", "--num-layers", "20", "--train-steps", "400", "--batch-norm-decay", "0.9",
-         "--seed", "1", "--log-every-n-steps", "100", "--health-loss-window", "100"]
+LEARN = [
+    "--num-gpus",
+    "0",
+    "--num-layers",
+    "20",
+    "--train-steps",
+    "400",
+    "--batch-norm-decay",
+    "0.9",
+    "--seed",
+    "1",
+    "--log-every-n-steps",
+    "100",
+    "--health-loss-window",
+    "100",
+]
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +76,31 @@ def test_shuffled_labels_do_not_pass_the_learning_check(shuffled_records, tmp_pa
 
 def test_same_seed_deterministic_runs_are_identical(mini_records, tmp_path):
     def train(job, seed):
-        rc, log = run_main("--job-dir", job, "--data-dir", mini_records, "--num-gpus", "0",
-                           "--num-layers", "8", "--train-steps", "20", "--train-batch-size", "32",
-                           "--seed", str(seed), "--deterministic", "--log-every-n-steps", "1")
+        rc, log = run_main(
+            "--job-dir",
+            job,
+            "--data-dir",
+            mini_records,
+            "--num-gpus",
+            "0",
+            "--num-layers",
+            "8",
+            "--train-steps",
+            "20",
+            "--train-batch-size",
+            "32",
+            "--seed",
+            str(seed),
+            "--deterministic",
+            "--log-every-n-steps",
+            "1",
+        )
         assert rc == 0, log[-3000:]
         reader = tf.train.load_checkpoint(job)
-        return ([v for _, v in events(job)["loss"]],
-                {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()})
+        return (
+            [v for _, v in events(job)["loss"]],
+            {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()},
+        )
 
     losses_a, weights_a = train(str(tmp_path / "a"), 7)
     losses_b, weights_b = train(str(tmp_path / "b"), 7)
@@ -82,9 +114,26 @@ def test_same_seed_deterministic_runs_are_identical(mini_records, tmp_path):
 
 def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    flags = ["--data-dir", mini_records, "--job-dir", job, "--num-gpus", "0", "--num-cpu-towers", "2",
-             "--num-layers", "8", "--train-batch-size", "32", "--eval-batch-size", "50",
-             "--log-every-n-steps", "10", "--seed", "3"]
+    flags = [
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        job,
+        "--num-gpus",
+        "0",
+        "--num-cpu-towers",
+        "2",
+        "--num-layers",
+        "8",
+        "--train-batch-size",
+        "32",
+        "--eval-batch-size",
+        "50",
+        "--log-every-n-steps",
+        "10",
+        "--seed",
+        "3",
+    ]
     rc, log = run_main("--train-steps", "30", *flags)
     assert rc == 0, log[-3000:]
     assert "2 tower(s) on /cpu:0, /cpu:1, 16 images per tower per step" in log
@@ -99,8 +148,15 @@ def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
     assert re.search(r"Evaluation \[validation\] at step 60: accuracy [\d.]+, .* on 1017 images", log)
 
     results = json.load(open(os.path.join(job, "results.json")))
-    assert {"global_step", "accuracy", "loss", "eval_examples", "examples_per_sec", "train_seconds",
-            "validation_accuracy"} <= set(results)
+    assert {
+        "global_step",
+        "accuracy",
+        "loss",
+        "eval_examples",
+        "examples_per_sec",
+        "train_seconds",
+        "validation_accuracy",
+    } <= set(results)
     assert results["global_step"] == 60 and results["eval_examples"] == 1017  # 1017 = 20 x 50 + 17
     assert results["examples_per_sec"] > 0 and results["train_seconds"] > 0
     hp = json.load(open(os.path.join(job, "hparams.json")))
@@ -116,19 +172,45 @@ def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
 
 
 def test_cli_bad_flag_exits_2_with_message(mini_records, tmp_path):
-    rc, log = run_main("--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0",
-                       "--num-layers", "45")
+    rc, log = run_main("--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0", "--num-layers", "45")
     assert rc == 2 and "num_layers=45 is not 6n+2" in log and "Traceback" not in log
 
 
 def test_short_run_recipe_flags_end_to_end(mini_records, tmp_path):
     """The flags the recipes use: epochs, onecycle, smoothing, Nesterov, final-only evaluation, flip TTA."""
     job = str(tmp_path / "job")
-    rc, log = run_main("--data-dir", mini_records, "--job-dir", job, "--num-gpus", "0", "--num-layers", "8",
-                       "--train-epochs", "0.5", "--train-batch-size", "64", "--lr-schedule", "onecycle",
-                       "--learning-rate", "0.2", "--label-smoothing", "0.1", "--nesterov",
-                       "--eval-policy", "final", "--eval-flip-tta", "--eval-batch-size", "200",
-                       "--save-checkpoints-steps", "10", "--log-every-n-steps", "8", "--seed", "5")
+    rc, log = run_main(
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        job,
+        "--num-gpus",
+        "0",
+        "--num-layers",
+        "8",
+        "--train-epochs",
+        "0.5",
+        "--train-batch-size",
+        "64",
+        "--lr-schedule",
+        "onecycle",
+        "--learning-rate",
+        "0.2",
+        "--label-smoothing",
+        "0.1",
+        "--nesterov",
+        "--eval-policy",
+        "final",
+        "--eval-flip-tta",
+        "--eval-batch-size",
+        "200",
+        "--save-checkpoints-steps",
+        "10",
+        "--log-every-n-steps",
+        "8",
+        "--seed",
+        "5",
+    )
     assert rc == 0, log[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
     assert results["global_step"] == 32  # 0.5 x 4,068 / 64 = 31.8, rounded up
@@ -146,20 +228,41 @@ def test_short_run_recipe_flags_end_to_end(mini_records, tmp_path):
 
 def test_non_finite_loss_stops_at_once_with_a_message(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    rc, log = run_main("--data-dir", mini_records, "--job-dir", job, "--num-gpus", "0", "--num-layers", "8",
-                       "--train-steps", "50", "--train-batch-size", "32", "--learning-rate", "1e6", "--seed", "1")
+    rc, log = run_main(
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        job,
+        "--num-gpus",
+        "0",
+        "--num-layers",
+        "8",
+        "--train-steps",
+        "50",
+        "--train-batch-size",
+        "32",
+        "--learning-rate",
+        "1e6",
+        "--seed",
+        "1",
+    )
     assert rc == 3, log[-3000:]
     last = log.strip().splitlines()[-1]
-    match = re.match(r"error: training stopped at step (\d+): (the loss \(nan\)|the gradient of \S+ \(the loss "
-                     r"was still finite: [-\d.e+]+\)) is not finite, at learning rate 1e\+06\. Last good checkpoint: "
-                     r"(\S+)\. Lower --learning-rate", last)
+    match = re.match(
+        r"error: training stopped at step (\d+): (the loss \(nan\)|the gradient of \S+ \(the loss "
+        r"was still finite: [-\d.e+]+\)) is not finite, at learning rate 1e\+06\. Last good checkpoint: "
+        r"(\S+)\. Lower --learning-rate",
+        last,
+    )
     assert match, last
     step = int(match.group(1))
     assert step < 10 and match.group(3) == os.path.join(job, "model.ckpt-0")
     record = json.load(open(os.path.join(job, "health.json")))
     # The first step's update already said so (a warning), then the NaN stopped training.
-    assert [(r["rule"], r["step"], r["action"]) for r in record] == [("update_ratio", 0, "warn"),
-                                                                     ("non_finite", step, "stop")]
+    assert [(r["rule"], r["step"], r["action"]) for r in record] == [
+        ("update_ratio", 0, "warn"),
+        ("non_finite", step, "stop"),
+    ]
     assert record[0]["value"] > 10 and "the learning rate is far too high" in record[0]["message"]
     assert all(set(r) == {"rule", "step", "value", "threshold", "action", "message"} for r in record)
     assert not os.path.exists(os.path.join(job, "results.json"))

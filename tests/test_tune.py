@@ -15,22 +15,52 @@ from tests.helpers import REPO
 pytestmark = pytest.mark.slow
 
 # ResNet-8, 16 steps of batch 32: each trial is a real training run of a few seconds.
-TRAINER = ["--num-gpus", "0", "--num-layers", "8", "--train-steps", "16", "--train-batch-size", "32",
-           "--eval-batch-size", "339", "--batch-norm-decay", "0.9", "--log-every-n-steps", "8", "--seed", "1"]
+TRAINER = [
+    "--num-gpus",
+    "0",
+    "--num-layers",
+    "8",
+    "--train-steps",
+    "16",
+    "--train-batch-size",
+    "32",
+    "--eval-batch-size",
+    "339",
+    "--batch-norm-decay",
+    "0.9",
+    "--log-every-n-steps",
+    "8",
+    "--seed",
+    "1",
+]
 
 
 def write_config(path, **hyperparameters):
-    document = {"trainingInput": {"scaleTier": "BASIC", "hyperparameters": dict(
-        {"goal": "MAXIMIZE", "hyperparameterMetricTag": "accuracy"}, **hyperparameters)}}
+    document = {
+        "trainingInput": {
+            "scaleTier": "BASIC",
+            "hyperparameters": dict({"goal": "MAXIMIZE", "hyperparameterMetricTag": "accuracy"}, **hyperparameters),
+        }
+    }
     path.write_text(yaml.safe_dump(document))
     return str(path)
 
 
 def tune(config, job_dir, data_dir, *options, trainer=TRAINER, timeout=600):
-    command = [sys.executable, "-m", "estimator.tune", "--config", config, "--job-dir", job_dir] + list(options) \
-        + ["--", "--data-dir", data_dir] + list(trainer)
-    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    command = (
+        [sys.executable, "-m", "estimator.tune", "--config", config, "--job-dir", job_dir]
+        + list(options)
+        + ["--", "--data-dir", data_dir]
+        + list(trainer)
+    )
+    proc = subprocess.run(
+        command,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -40,14 +70,30 @@ def trials(job_dir):
 
 
 def test_a_three_trial_study_with_every_parameter_type(mini_records, tmp_path):
-    config = write_config(tmp_path / "hp.yaml", maxTrials=3, maxParallelTrials=1, params=[
-        {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.01, "maxValue": 0.3,
-         "scaleType": "UNIT_LOG_SCALE"},
-        {"parameterName": "momentum", "type": "DOUBLE", "minValue": 0.8, "maxValue": 0.95,
-         "scaleType": "UNIT_REVERSE_LOG_SCALE"},
-        {"parameterName": "warmup-epochs", "type": "INTEGER", "minValue": 0, "maxValue": 1},
-        {"parameterName": "weight-decay", "type": "DISCRETE", "discreteValues": [0.0001, 0.0005]},
-        {"parameterName": "lr-schedule", "type": "CATEGORICAL", "categoricalValues": ["cosine", "onecycle"]}])
+    config = write_config(
+        tmp_path / "hp.yaml",
+        maxTrials=3,
+        maxParallelTrials=1,
+        params=[
+            {
+                "parameterName": "learning-rate",
+                "type": "DOUBLE",
+                "minValue": 0.01,
+                "maxValue": 0.3,
+                "scaleType": "UNIT_LOG_SCALE",
+            },
+            {
+                "parameterName": "momentum",
+                "type": "DOUBLE",
+                "minValue": 0.8,
+                "maxValue": 0.95,
+                "scaleType": "UNIT_REVERSE_LOG_SCALE",
+            },
+            {"parameterName": "warmup-epochs", "type": "INTEGER", "minValue": 0, "maxValue": 1},
+            {"parameterName": "weight-decay", "type": "DISCRETE", "discreteValues": [0.0001, 0.0005]},
+            {"parameterName": "lr-schedule", "type": "CATEGORICAL", "categoricalValues": ["cosine", "onecycle"]},
+        ],
+    )
     job = str(tmp_path / "study")
     rc, out, err = tune(config, job, mini_records, "--seed", "3")
     assert rc == 0, out + err
@@ -72,11 +118,28 @@ def test_a_three_trial_study_with_every_parameter_type(mini_records, tmp_path):
 
 
 def test_resume_after_the_coordinator_is_killed(mini_records, tmp_path):
-    config = write_config(tmp_path / "hp.yaml", maxTrials=3, maxFailedTrials=2, algorithm="RANDOM_SEARCH", params=[
-        {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.05, "maxValue": 0.1}])
+    config = write_config(
+        tmp_path / "hp.yaml",
+        maxTrials=3,
+        maxFailedTrials=2,
+        algorithm="RANDOM_SEARCH",
+        params=[{"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.05, "maxValue": 0.1}],
+    )
     job = str(tmp_path / "study")
-    command = [sys.executable, "-m", "estimator.tune", "--config", config, "--job-dir", job, "--seed", "1", "--",
-               "--data-dir", mini_records] + TRAINER
+    command = [
+        sys.executable,
+        "-m",
+        "estimator.tune",
+        "--config",
+        config,
+        "--job-dir",
+        job,
+        "--seed",
+        "1",
+        "--",
+        "--data-dir",
+        mini_records,
+    ] + TRAINER
     coordinator = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     # Kill the coordinator while trial 2 runs (trial 1 is finished).
@@ -103,8 +166,9 @@ def test_resume_after_the_coordinator_is_killed(mini_records, tmp_path):
 def test_failing_trials_are_recorded_and_limited(mini_records, tmp_path):
     # num-layers 9 is not 6n+2: that trial's trainer exits with status 2.
     params = [{"parameterName": "num-layers", "type": "DISCRETE", "discreteValues": [8, 9]}]
-    config = write_config(tmp_path / "grid.yaml", maxTrials=5, maxFailedTrials=2, algorithm="GRID_SEARCH",
-                          params=params)
+    config = write_config(
+        tmp_path / "grid.yaml", maxTrials=5, maxFailedTrials=2, algorithm="GRID_SEARCH", params=params
+    )
     job = str(tmp_path / "study")
     rc, out, err = tune(config, job, mini_records)
     assert rc == 0, out + err
@@ -112,8 +176,13 @@ def test_failing_trials_are_recorded_and_limited(mini_records, tmp_path):
     assert states == {"8": "COMPLETE", "9": "FAIL"}  # the grid has 2 points: 2 trials, not 5
     assert "failed (exit status 2)" in out and "num_layers=9 is not 6n+2" in out
 
-    config = write_config(tmp_path / "strict.yaml", maxTrials=2, maxFailedTrials=1, algorithm="GRID_SEARCH",
-                          params=[{"parameterName": "num-layers", "type": "DISCRETE", "discreteValues": [9, 15]}])
+    config = write_config(
+        tmp_path / "strict.yaml",
+        maxTrials=2,
+        maxFailedTrials=1,
+        algorithm="GRID_SEARCH",
+        params=[{"parameterName": "num-layers", "type": "DISCRETE", "discreteValues": [9, 15]}],
+    )
     rc, out, err = tune(config, str(tmp_path / "strict"), mini_records)
     assert rc == 1 and "1 trial(s) failed, the study's limit (maxFailedTrials 1)" in err
 
@@ -121,9 +190,13 @@ def test_failing_trials_are_recorded_and_limited(mini_records, tmp_path):
 def test_median_rule_stops_a_trial_worse_at_the_same_step(mini_records, tmp_path):
     # Trial 1 learns (rate 0.2); trial 2 cannot (rate 1e-9): at the steps where both
     # report, trial 2 is below trial 1, so the median rule stops it.
-    config = write_config(tmp_path / "hp.yaml", maxTrials=2, enableTrialEarlyStopping=True, algorithm="GRID_SEARCH",
-                          params=[{"parameterName": "learning-rate", "type": "DISCRETE",
-                                   "discreteValues": [1e-9, 0.2]}])
+    config = write_config(
+        tmp_path / "hp.yaml",
+        maxTrials=2,
+        enableTrialEarlyStopping=True,
+        algorithm="GRID_SEARCH",
+        params=[{"parameterName": "learning-rate", "type": "DISCRETE", "discreteValues": [1e-9, 0.2]}],
+    )
     job = str(tmp_path / "study")
     trainer = [f for f in TRAINER] + ["--use-distortion-for-training", "false"]
     trainer[trainer.index("--train-steps") + 1] = "48"
@@ -133,25 +206,43 @@ def test_median_rule_stops_a_trial_worse_at_the_same_step(mini_records, tmp_path
     assert [r["learning-rate"] for r in rows] == ["0.2", "1e-09"], "the grid's order for seed 1 changed"
     assert [r["state"] for r in rows] == ["COMPLETE", "PRUNED"]
     # Reports came at fixed steps (a quarter of 48): trial 1 at all four, trial 2 stopped early.
-    reports = [json.loads(line)["global_step"] for line in
-               open(os.path.join(job, "1", "hypertune", "output.metrics"))]
+    reports = [json.loads(line)["global_step"] for line in open(os.path.join(job, "1", "hypertune", "output.metrics"))]
     assert reports == ["12", "24", "36", "48"]
     assert not os.path.exists(os.path.join(job, "2", "results.json"))
 
 
-@pytest.mark.parametrize("param,message", [
-    ({"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.5, "maxValue": 0.1},
-     "minValue 0.5 is above maxValue 0.1"),
-    ({"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0, "maxValue": 0.1,
-      "scaleType": "UNIT_LOG_SCALE"}, "scaleType UNIT_LOG_SCALE needs a positive range"),
-    ({"parameterName": "num-layers", "type": "DISCRETE", "discreteValues": [20, 8]},
-     "discreteValues \\[20, 8\\] must be strictly increasing"),
-    ({"parameterName": "learning-rate", "type": "FLOAT", "minValue": 0.1, "maxValue": 0.2}, "type 'FLOAT' is not"),
-    ({"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2, "scale": "LOG"},
-     "unknown field scale"),
-    ({"parameterName": "learning-rat", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2},
-     "the trainer has no flag --learning-rat"),
-])
+@pytest.mark.parametrize(
+    "param,message",
+    [
+        (
+            {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.5, "maxValue": 0.1},
+            "minValue 0.5 is above maxValue 0.1",
+        ),
+        (
+            {
+                "parameterName": "learning-rate",
+                "type": "DOUBLE",
+                "minValue": 0,
+                "maxValue": 0.1,
+                "scaleType": "UNIT_LOG_SCALE",
+            },
+            "scaleType UNIT_LOG_SCALE needs a positive range",
+        ),
+        (
+            {"parameterName": "num-layers", "type": "DISCRETE", "discreteValues": [20, 8]},
+            "discreteValues \\[20, 8\\] must be strictly increasing",
+        ),
+        ({"parameterName": "learning-rate", "type": "FLOAT", "minValue": 0.1, "maxValue": 0.2}, "type 'FLOAT' is not"),
+        (
+            {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2, "scale": "LOG"},
+            "unknown field scale",
+        ),
+        (
+            {"parameterName": "learning-rat", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2},
+            "the trainer has no flag --learning-rat",
+        ),
+    ],
+)
 def test_bad_configs_are_refused_before_any_trial(mini_records, tmp_path, param, message):
     import re
 
@@ -163,8 +254,11 @@ def test_bad_configs_are_refused_before_any_trial(mini_records, tmp_path, param,
 
 
 def test_grid_search_with_a_double_is_refused(mini_records, tmp_path):
-    config = write_config(tmp_path / "hp.yaml", algorithm="GRID_SEARCH", params=[
-        {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2}])
+    config = write_config(
+        tmp_path / "hp.yaml",
+        algorithm="GRID_SEARCH",
+        params=[{"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2}],
+    )
     rc, _, err = tune(config, str(tmp_path / "study"), mini_records, timeout=120)
     assert rc == 2 and "GRID_SEARCH takes INTEGER, DISCRETE and CATEGORICAL parameters only" in err
     assert not os.path.exists(str(tmp_path / "study"))
@@ -172,17 +266,33 @@ def test_grid_search_with_a_double_is_refused(mini_records, tmp_path):
 
 def test_unknown_hyperparameters_field_is_refused(tmp_path, mini_records):
     config = tmp_path / "hp.yaml"
-    config.write_text(yaml.safe_dump({"trainingInput": {"hyperparameters": {
-        "goal": "MAXIMIZE", "maxTrial": 3, "params": [
-            {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2}]}}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "trainingInput": {
+                    "hyperparameters": {
+                        "goal": "MAXIMIZE",
+                        "maxTrial": 3,
+                        "params": [
+                            {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2}
+                        ],
+                    }
+                }
+            }
+        )
+    )
     rc, _, err = tune(str(config), str(tmp_path / "study"), mini_records, timeout=120)
     assert rc == 2 and "unknown field maxTrial" in err
 
 
 def test_parallel_trials_share_the_cores(mini_records, tmp_path):
-    config = write_config(tmp_path / "hp.yaml", maxTrials=2, maxParallelTrials=2, algorithm="RANDOM_SEARCH",
-                          params=[{"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.05,
-                                   "maxValue": 0.1}])
+    config = write_config(
+        tmp_path / "hp.yaml",
+        maxTrials=2,
+        maxParallelTrials=2,
+        algorithm="RANDOM_SEARCH",
+        params=[{"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.05, "maxValue": 0.1}],
+    )
     job = str(tmp_path / "study")
     rc, out, err = tune(config, job, mini_records, "--parallel-trials", "2")
     assert rc == 0, out + err

@@ -24,16 +24,49 @@ def fetch_json(url):
 def test_trial_reports_validation_accuracy_to_hypertune_and_tensorboard(mini_records, tmp_path):
     metrics = tmp_path / "hypertune" / "output.metrics"
     # What the service sets for a one-machine trial: a cluster of one master.
-    tf_config = {"cluster": {"master": ["127.0.0.1:%d" % free_port()]},
-                 "task": {"type": "master", "index": 0, "trial": "5"}, "environment": "cloud"}
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CLOUD_ML_HP_METRIC_FILE=str(metrics),
-               TF_CONFIG=json.dumps(tf_config), AIP_TENSORBOARD_LOG_DIR=str(tmp_path / "vertex-tensorboard"))
+    tf_config = {
+        "cluster": {"master": ["127.0.0.1:%d" % free_port()]},
+        "task": {"type": "master", "index": 0, "trial": "5"},
+        "environment": "cloud",
+    }
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        CLOUD_ML_HP_METRIC_FILE=str(metrics),
+        TF_CONFIG=json.dumps(tf_config),
+        AIP_TENSORBOARD_LOG_DIR=str(tmp_path / "vertex-tensorboard"),
+    )
     env.pop("CLOUD_ML_TRIAL_ID", None)
     job = tmp_path / "job"
-    proc = subprocess.run([sys.executable, "-m", "estimator.cifar10_main", "--data-dir", mini_records,
-                           "--job-dir", str(job), "--num-gpus", "0", "--num-layers", "8", "--train-steps", "20",
-                           "--train-batch-size", "32", "--save-checkpoints-steps", "10", "--eval-throttle-secs", "0",
-                           "--learning-rate=0.033"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "estimator.cifar10_main",
+            "--data-dir",
+            mini_records,
+            "--job-dir",
+            str(job),
+            "--num-gpus",
+            "0",
+            "--num-layers",
+            "8",
+            "--train-steps",
+            "20",
+            "--train-batch-size",
+            "32",
+            "--save-checkpoints-steps",
+            "10",
+            "--eval-throttle-secs",
+            "0",
+            "--learning-rate=0.033",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     trial_dir = job / "5"  # parallel trials never share a directory
     results = json.load(open(str(trial_dir / "results.json")))
@@ -57,9 +90,19 @@ def test_trial_reports_validation_accuracy_to_hypertune_and_tensorboard(mini_rec
     assert [s for s, _ in mirrored_eval["pictures/confusion_matrix"]] == [10, 20]
 
     port = free_port()
-    tensorboard = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "tensorboard"), "--logdir",
-                                    str(trial_dir), "--host", "127.0.0.1", "--port", str(port)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tensorboard = subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "tensorboard"),
+            "--logdir",
+            str(trial_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         base = "http://127.0.0.1:%d/data/plugin/scalars" % port
         deadline, tags = time.time() + 90, {}
@@ -84,8 +127,9 @@ def test_trial_reports_validation_accuracy_to_hypertune_and_tensorboard(mini_rec
 def test_trainer_reads_gcs_records_and_writes_gcs_records_of_its_own(gcs, tmp_path):
     sha, _ = ca.make_archive(str(tmp_path / "a.tar.gz"), sizes=(3, 3, 2, 2, 4, 5))
     convert(gcs + "/cifar", source=str(tmp_path / "a.tar.gz"), sha256=sha, progress=False, log=lambda *_: None)
-    hp = cifar10_main.parse(["--data-dir", gcs + "/cifar", "--job-dir", gcs + "/jobs/1", "--num-gpus", "0",
-                                "--train-batch-size", "2"])
+    hp = cifar10_main.parse(
+        ["--data-dir", gcs + "/cifar", "--job-dir", gcs + "/jobs/1", "--num-gpus", "0", "--train-batch-size", "2"]
+    )
     assert hp.num_train_examples == 10 and hp.job_dir == gcs + "/jobs/1"
     config.write_json(storage.join(hp.job_dir, "results.json"), {"accuracy": 0.5})
     assert json.loads(storage.read_text(gcs + "/jobs/1/results.json")) == {"accuracy": 0.5}

@@ -42,8 +42,15 @@ BASELINE_BATCH, BASELINE_STEPS, BASELINE_EVAL_IMAGES, BASELINE_MARGIN = 64, 100,
 
 
 def _model(hp, is_training: bool):
-    return ResNetCifar10(hp.num_layers, is_training, hp.batch_norm_decay, hp.batch_norm_epsilon,
-                         hp.data_format, hp.resnet_version, hp.precision)
+    return ResNetCifar10(
+        hp.num_layers,
+        is_training,
+        hp.batch_norm_decay,
+        hp.batch_norm_epsilon,
+        hp.data_format,
+        hp.resnet_version,
+        hp.precision,
+    )
 
 
 def _xent(logits, labels):
@@ -65,7 +72,7 @@ def label_distribution(data_dir: str, subset: str) -> Check:
     spec = {fmt.LABEL_KEY: fmt.feature_spec()[fmt.LABEL_KEY]}
     records = tf.data.TFRecordDataset(data.get_filenames()).batch(2048)
     for batch in records.map(lambda s: tf.io.parse_example(s, spec)[fmt.LABEL_KEY]):
-        counts += np.bincount(batch.numpy(), minlength=fmt.NUM_CLASSES)[:fmt.NUM_CLASSES]
+        counts += np.bincount(batch.numpy(), minlength=fmt.NUM_CLASSES)[: fmt.NUM_CLASSES]
     mean = counts.sum() / fmt.NUM_CLASSES
     worst = int(np.argmin(counts))
     passed = counts.min() > 0 and counts.min() >= mean / 3
@@ -88,13 +95,14 @@ def loss_at_init(hp, data_dir: str, seed: int = 0) -> Check:
     # The same rule (and --health-init-loss-tolerance) the trainer checks at its first step.
     tolerance = hp.health_init_loss_tolerance
     _, finding = rules.init_loss(value, fmt.NUM_CLASSES, tolerance)
-    return Check("loss at initialisation", finding is None,
-                 "%.4f (ln %d = %.4f, tolerance %.2f)" % (value, fmt.NUM_CLASSES, math.log(fmt.NUM_CLASSES),
-                                                         tolerance))
+    return Check(
+        "loss at initialisation",
+        finding is None,
+        "%.4f (ln %d = %.4f, tolerance %.2f)" % (value, fmt.NUM_CLASSES, math.log(fmt.NUM_CLASSES), tolerance),
+    )
 
 
-def _train(hp, batches, eval_images=None, eval_labels=None, steps=100, zero_inputs=False, seed=0,
-           stop_below=None):
+def _train(hp, batches, eval_images=None, eval_labels=None, steps=100, zero_inputs=False, seed=0, stop_below=None):
     """Trains a fresh network on ``batches`` (cycled) for up to ``steps`` steps with the
     trainer's momentum SGD at its peak rate; returns (steps run, last training loss,
     validation loss or None). Batch norm uses batch statistics throughout: a hundred
@@ -119,8 +127,14 @@ def _train(hp, batches, eval_images=None, eval_labels=None, steps=100, zero_inpu
                     break
             val = None
             if eval_images is not None:
-                val = float(np.mean([sess.run(loss, {x: eval_images[j:j + 128], y: eval_labels[j:j + 128]})
-                                     for j in range(0, len(eval_labels), 128)]))
+                val = float(
+                    np.mean(
+                        [
+                            sess.run(loss, {x: eval_images[j : j + 128], y: eval_labels[j : j + 128]})
+                            for j in range(0, len(eval_labels), 128)
+                        ]
+                    )
+                )
     return i + 1, float(value), val
 
 
@@ -140,8 +154,10 @@ def zero_input_baseline(hp, data_dir: str) -> Check:
     _, _, real = _train(hp, batches, *evaluation, steps=BASELINE_STEPS)
     _, _, zero = _train(hp, batches, *evaluation, steps=BASELINE_STEPS, zero_inputs=True)
     passed = real < zero - BASELINE_MARGIN
-    detail = ("validation loss %.4f with real inputs, %.4f with zeroed inputs after %d steps (real must be lower "
-              "by %.1f)" % (real, zero, BASELINE_STEPS, BASELINE_MARGIN))
+    detail = (
+        "validation loss %.4f with real inputs, %.4f with zeroed inputs after %d steps (real must be lower "
+        "by %.1f)" % (real, zero, BASELINE_STEPS, BASELINE_MARGIN)
+    )
     if not passed:
         detail += ": the network learns nothing from the pixels; are the images blank or unrelated to the labels?"
     return Check("input-independent baseline", passed, detail)

@@ -71,7 +71,7 @@ class HealthMonitor(object):
         """``log_dir`` (under the job dir) and its twin under the mirror directory, if any."""
         dirs = [log_dir]
         if self._mirror and log_dir.startswith(self.hp.job_dir.rstrip("/")):
-            dirs.append(self._mirror.rstrip("/") + log_dir[len(self.hp.job_dir.rstrip("/")):])
+            dirs.append(self._mirror.rstrip("/") + log_dir[len(self.hp.job_dir.rstrip("/")) :])
         return dirs
 
     def picture(self, log_dir: str, tag: str, draw, step: int) -> None:
@@ -99,16 +99,23 @@ class HealthMonitor(object):
             return
         self._firing.add(rule)
         threshold, message = finding
-        entry = {"rule": rule, "step": int(step), "value": _jsonable(value), "threshold": threshold,
-                 "action": self.action, "message": message}
+        entry = {
+            "rule": rule,
+            "step": int(step),
+            "value": _jsonable(value),
+            "threshold": threshold,
+            "action": self.action,
+            "message": message,
+        }
         self.events.append(entry)
         logs.warning("health: step %d: %s", step, message)
         if self._is_chief:
             append_record(self.hp.job_dir, entry)
         if self.action == "stop":
-            raise HealthStop("training stopped at step %d by the health rule %s (--health-checks stop): %s "
-                             "Last checkpoint: %s." % (step, rule, message,
-                                                       tf.train.latest_checkpoint(self.hp.job_dir) or "none"))
+            raise HealthStop(
+                "training stopped at step %d by the health rule %s (--health-checks stop): %s "
+                "Last checkpoint: %s." % (step, rule, message, tf.train.latest_checkpoint(self.hp.job_dir) or "none")
+            )
 
     def recent_train_loss(self):
         window = self.hp.health_loss_window
@@ -155,8 +162,7 @@ class HealthHook(v1.train.SessionRunHook):
         fetches = {"step": self._step, "xent": self._xent}
         self._rule_step = self._probes is not None and self._step_before >= self._next_rule_step
         if self._rule_step:
-            fetches["probes"] = {k: v for k, v in self._probes["tensors"].items()
-                                 if k not in ("images", "labels")}
+            fetches["probes"] = {k: v for k, v in self._probes["tensors"].items() if k not in ("images", "labels")}
         if self._first_run and self._probes is not None:
             fetches["images"] = self._probes["tensors"]["images"]
             fetches["labels"] = self._probes["tensors"]["labels"]
@@ -170,8 +176,9 @@ class HealthHook(v1.train.SessionRunHook):
         if math.isfinite(xent):
             self._monitor.losses.append(xent)
         if "images" in r:
-            self._monitor.picture(self._hp.job_dir, "pictures/training_batch",
-                                  lambda: pictures.batch_grid(r["images"], r["labels"]), step)
+            self._monitor.picture(
+                self._hp.job_dir, "pictures/training_batch", lambda: pictures.batch_grid(r["images"], r["labels"]), step
+            )
         first, self._first_run = self._first_run, False
         if not self._rule_step:
             return
@@ -196,23 +203,34 @@ class HealthHook(v1.train.SessionRunHook):
             m.check("exploding_gradients", step, value, finding)
             values.update(gradient_norm=norm, gradient_norm_over_median=value)
             self._norms.append(norm)
-            value, finding = rules.update_ratio(names, p["update_ratio"], hp.health_update_ratio_min,
-                                                hp.health_update_ratio_max)
+            value, finding = rules.update_ratio(
+                names, p["update_ratio"], hp.health_update_ratio_min, hp.health_update_ratio_max
+            )
             m.check("update_ratio", step, value, finding)
-            values.update(update_ratio_min=float(np.min(p["update_ratio"])),
-                          update_ratio_max=float(np.max(p["update_ratio"])))
+            values.update(
+                update_ratio_min=float(np.min(p["update_ratio"])), update_ratio_max=float(np.max(p["update_ratio"]))
+            )
         self._relu_window.append([np.asarray(a, bool) for a in p["relu_active"]])
-        value, finding = rules.dead_relus(self._probes["relu_names"], list(self._relu_window),
-                                          hp.health_dead_relu_fraction, hp.health_dead_relu_window)
+        value, finding = rules.dead_relus(
+            self._probes["relu_names"],
+            list(self._relu_window),
+            hp.health_dead_relu_fraction,
+            hp.health_dead_relu_window,
+        )
         m.check("dead_relus", step, value, finding)
         values["dead_relu_fraction"] = value
-        (mean, std), finding = rules.input_stats(float(p["input_mean"]), float(p["input_std"]),
-                                                 hp.health_input_mean_max, hp.health_input_std_min,
-                                                 hp.health_input_std_max)
+        (mean, std), finding = rules.input_stats(
+            float(p["input_mean"]),
+            float(p["input_std"]),
+            hp.health_input_mean_max,
+            hp.health_input_std_min,
+            hp.health_input_std_max,
+        )
         m.check("input_stats", step, (mean, std), finding)
         values.update(input_mean=mean, input_std=std)
-        value, finding = rules.loss_not_decreasing(m.losses, hp.health_loss_window, hp.health_loss_min_decrease,
-                                                   chance=math.log(fmt.NUM_CLASSES))
+        value, finding = rules.loss_not_decreasing(
+            m.losses, hp.health_loss_window, hp.health_loss_min_decrease, chance=math.log(fmt.NUM_CLASSES)
+        )
         m.check("loss_not_decreasing", step, value, finding)
         values["loss_decrease"] = value
         m.scalars(hp.job_dir, values, step)
@@ -238,12 +256,24 @@ class EvalHealth(tf.estimator.Exporter):
         step = int(eval_result["global_step"])
         log_dir = storage.join(hp.job_dir, "eval_" + self._subset)
         if "confusion_matrix" in eval_result:
-            m.picture(log_dir, "pictures/confusion_matrix", lambda: pictures.confusion_png(
-                eval_result["confusion_matrix"], "%s, step %d" % (self._subset, step)), step)
+            m.picture(
+                log_dir,
+                "pictures/confusion_matrix",
+                lambda: pictures.confusion_png(eval_result["confusion_matrix"], "%s, step %d" % (self._subset, step)),
+                step,
+            )
         if "mistakes/images" in eval_result:
-            m.picture(log_dir, "pictures/most_confident_mistakes", lambda: pictures.mistakes_png(
-                eval_result["mistakes/images"], eval_result["mistakes/true"], eval_result["mistakes/predicted"],
-                eval_result["mistakes/confidence"]), step)
+            m.picture(
+                log_dir,
+                "pictures/most_confident_mistakes",
+                lambda: pictures.mistakes_png(
+                    eval_result["mistakes/images"],
+                    eval_result["mistakes/true"],
+                    eval_result["mistakes/predicted"],
+                    eval_result["mistakes/confidence"],
+                ),
+                step,
+            )
         if hp.health_checks == "off":
             return None
         values = {}

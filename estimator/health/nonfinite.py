@@ -78,7 +78,17 @@ class NonFiniteHook(v1.train.SessionRunHook):
         message = (
             "training stopped at step %d: %s is not finite, at learning rate %.4g. Last good checkpoint: %s. "
             "Lower --learning-rate, or add --warmup-epochs; a restart with the same --job-dir resumes from that "
-            "checkpoint." % (step, where, float(r["rate"]), checkpoint or "none (no checkpoint was written yet)"))
-        append_record(self._job_dir, {"rule": "non_finite", "step": step, "value": loss if math.isfinite(loss)
-                                      else str(loss), "threshold": "finite", "action": "stop", "message": message})
+            "checkpoint." % (step, where, float(r["rate"]), checkpoint or "none (no checkpoint was written yet)")
+        )
+        append_record(
+            self._job_dir,
+            {
+                "rule": "non_finite",
+                "step": step,
+                "value": loss if math.isfinite(loss) else str(loss),
+                "threshold": "finite",
+                "action": "stop",
+                "message": message,
+            },
+        )
         raise NonFiniteError(message)

@@ -26,12 +26,11 @@ def layer_name(name: str) -> str:
     """``tower_0/resnet/stage1/unit2/Relu_1`` -> ``stage1/unit2/Relu_1``; ``resnet/fc/kernel`` -> ``fc/kernel``."""
     for prefix in ("tower_0/", "resnet/"):
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     return name
 
 
-def add(gradvars, learning_rate, weight_decay: float, scaled_input, relus, data_format: str,
-        images, labels) -> None:
+def add(gradvars, learning_rate, weight_decay: float, scaled_input, relus, data_format: str, images, labels) -> None:
     """Registers the probes of this training graph.
 
     Args:

@@ -33,12 +33,22 @@ def init_loss(cross_entropy: float, num_classes: int, tolerance: float):
     expected = math.log(num_classes)
     if abs(cross_entropy - expected) <= tolerance:
         return cross_entropy, None
-    return cross_entropy, ("%.3f +- %.3g" % (expected, tolerance), (
-        "the loss at initialisation is %.4f, expected ln(%d) = %.3f for a network that knows nothing: "
-        "%s. Check the last layer's initialisation and the labels (--health-init-loss-tolerance sets the "
-        "tolerance)." % (cross_entropy, num_classes, expected,
-                         "too confident at the start" if cross_entropy > expected else
-                         "below chance before training: the labels may leak into the inputs")))
+    return cross_entropy, (
+        "%.3f +- %.3g" % (expected, tolerance),
+        (
+            "the loss at initialisation is %.4f, expected ln(%d) = %.3f for a network that knows nothing: "
+            "%s. Check the last layer's initialisation and the labels (--health-init-loss-tolerance sets the "
+            "tolerance)."
+            % (
+                cross_entropy,
+                num_classes,
+                expected,
+                "too confident at the start"
+                if cross_entropy > expected
+                else "below chance before training: the labels may leak into the inputs",
+            )
+        ),
+    )
 
 
 def vanishing_gradients(names, mean_abs, threshold: float):
@@ -47,9 +57,13 @@ def vanishing_gradients(names, mean_abs, threshold: float):
     value = float(mean_abs[i])
     if value >= threshold:
         return value, None
-    return value, ("< %g" % threshold, (
-        "vanishing gradients: the mean |gradient| of %s is %.3g (below %g): this layer has stopped "
-        "learning. Check the learning rate, initialisation and batch norm." % (names[i], value, threshold)))
+    return value, (
+        "< %g" % threshold,
+        (
+            "vanishing gradients: the mean |gradient| of %s is %.3g (below %g): this layer has stopped "
+            "learning. Check the learning rate, initialisation and batch norm." % (names[i], value, threshold)
+        ),
+    )
 
 
 def exploding_gradients(norm: float, history, factor: float, min_history: int = 5):
@@ -60,9 +74,13 @@ def exploding_gradients(norm: float, history, factor: float, min_history: int = 
     ratio = norm / median if median > 0 else math.inf
     if ratio <= factor:
         return ratio, None
-    return ratio, ("> %gx median" % factor, (
-        "exploding gradients: the global gradient norm is %.4g, %.1fx its running median %.4g. Lower "
-        "--learning-rate or add --warmup-epochs." % (norm, ratio, median)))
+    return ratio, (
+        "> %gx median" % factor,
+        (
+            "exploding gradients: the global gradient norm is %.4g, %.1fx its running median %.4g. Lower "
+            "--learning-rate or add --warmup-epochs." % (norm, ratio, median)
+        ),
+    )
 
 
 def update_ratio(names, ratios, low: float, high: float):
@@ -71,10 +89,19 @@ def update_ratio(names, ratios, low: float, high: float):
     value = float(ratios[worst])
     if low <= value <= high:
         return value, None
-    return value, ("[%g, %g]" % (low, high), (
-        "update/weight ratio of %s is %.3g, outside [%g, %g] (healthy near 1e-3): %s" % (
-            names[worst], value, low, high,
-            "the learning rate is far too high" if value > high else "this layer barely moves")))
+    return value, (
+        "[%g, %g]" % (low, high),
+        (
+            "update/weight ratio of %s is %.3g, outside [%g, %g] (healthy near 1e-3): %s"
+            % (
+                names[worst],
+                value,
+                low,
+                high,
+                "the learning rate is far too high" if value > high else "this layer barely moves",
+            )
+        ),
+    )
 
 
 def dead_relus(names, window, fraction: float, size: int):
@@ -91,19 +118,27 @@ def dead_relus(names, window, fraction: float, size: int):
     i = max(range(len(dead)), key=lambda j: dead[j])
     if dead[i] <= fraction:
         return dead[i], None
-    return dead[i], ("> %g of a layer" % fraction, (
-        "dead ReLUs: %.0f%% of the channels of %s were never active over the last %d checks. Lower "
-        "--learning-rate; check the initialisation." % (100 * dead[i], names[i], size)))
+    return dead[i], (
+        "> %g of a layer" % fraction,
+        (
+            "dead ReLUs: %.0f%% of the channels of %s were never active over the last %d checks. Lower "
+            "--learning-rate; check the initialisation." % (100 * dead[i], names[i], size)
+        ),
+    )
 
 
 def input_stats(mean: float, std: float, mean_max: float, std_min: float, std_max: float):
     """Mean and std of the batch after the network's own scaling (x / 128 - 1)."""
     if abs(mean) <= mean_max and std_min <= std <= std_max:
         return (mean, std), None
-    return (mean, std), ("|mean| <= %g, std in [%g, %g]" % (mean_max, std_min, std_max), (
-        "input statistics: the network sees mean %.3f, std %.3f after its scaling x / 128 - 1 (real "
-        "images give about -0.2 to -0.05 and 0.55). Pixels must be 0..255: were they scaled already, or are the "
-        "records not images?" % (mean, std)))
+    return (mean, std), (
+        "|mean| <= %g, std in [%g, %g]" % (mean_max, std_min, std_max),
+        (
+            "input statistics: the network sees mean %.3f, std %.3f after its scaling x / 128 - 1 (real "
+            "images give about -0.2 to -0.05 and 0.55). Pixels must be 0..255: were they scaled already, or are the "
+            "records not images?" % (mean, std)
+        ),
+    )
 
 
 def loss_not_decreasing(losses, window: int, min_decrease: float, chance: float = math.inf):
@@ -119,10 +154,14 @@ def loss_not_decreasing(losses, window: int, min_decrease: float, chance: float 
     decrease = (first - last) / first if first > 0 else 0.0
     if decrease >= min_decrease:
         return decrease, None
-    return decrease, (">= %g relative decrease" % min_decrease, (
-        "the training loss is not decreasing: %.4f over the last %d steps against %.4f at the start (the "
-        "first %d steps, or chance if higher) (%+.1f%%). Check the labels and the learning rate (too low, "
-        "or so high it oscillates)." % (last, window, first, window, -100 * decrease)))
+    return decrease, (
+        ">= %g relative decrease" % min_decrease,
+        (
+            "the training loss is not decreasing: %.4f over the last %d steps against %.4f at the start (the "
+            "first %d steps, or chance if higher) (%+.1f%%). Check the labels and the learning rate (too low, "
+            "or so high it oscillates)." % (last, window, first, window, -100 * decrease)
+        ),
+    )
 
 
 def overtraining(history, evaluations: int):
@@ -131,7 +170,7 @@ def overtraining(history, evaluations: int):
     loss fell."""
     if len(history) < evaluations + 1:
         return None, None
-    recent = history[-(evaluations + 1):]
+    recent = history[-(evaluations + 1) :]
     val = [h[1] for h in recent]
     train = [h[2] for h in recent]
     value = val[-1] - val[0]
@@ -139,11 +178,15 @@ def overtraining(history, evaluations: int):
     falling = all(b < a for a, b in zip(train, train[1:]))
     if not (rising and falling):
         return value, None
-    return value, ("%d rises" % evaluations, (
-        "over-training: the validation loss rose %d evaluations in a row (%.4f -> %.4f, steps %d-%d) "
-        "while the training loss fell (%.4f -> %.4f). The best export (export/best) keeps the best "
-        "model; consider more weight decay, more augmentation or a shorter schedule."
-        % (evaluations, val[0], val[-1], recent[0][0], recent[-1][0], train[0], train[-1])))
+    return value, (
+        "%d rises" % evaluations,
+        (
+            "over-training: the validation loss rose %d evaluations in a row (%.4f -> %.4f, steps %d-%d) "
+            "while the training loss fell (%.4f -> %.4f). The best export (export/best) keeps the best "
+            "model; consider more weight decay, more augmentation or a shorter schedule."
+            % (evaluations, val[0], val[-1], recent[0][0], recent[-1][0], train[0], train[-1])
+        ),
+    )
 
 
 def class_accuracy(names, accuracies, ratio: float):
@@ -157,6 +200,10 @@ def class_accuracy(names, accuracies, ratio: float):
     value = accuracies[i] / mean
     if value >= ratio:
         return value, None
-    return value, ("< %g x the others" % ratio, (
-        "class '%s' has accuracy %.3f against %.3f for the others: check its labels and images in "
-        "the training split (preflight prints the label counts)." % (names[i], accuracies[i], mean)))
+    return value, (
+        "< %g x the others" % ratio,
+        (
+            "class '%s' has accuracy %.3f against %.3f for the others: check its labels and images in "
+            "the training split (preflight prints the label counts)." % (names[i], accuracies[i], mean)
+        ),
+    )

@@ -37,7 +37,8 @@ def _keep_newest(base: str, keep: int) -> None:
 def export_final(hp, checkpoint_path: str) -> str:
     """Exports ``checkpoint_path`` as ``JOB_DIR/export/final/<timestamp>``."""
     path = signatures.export_saved_model(
-        checkpoint_path, signatures.timestamped_dir(export_base(hp.job_dir, FINAL)), hp)
+        checkpoint_path, signatures.timestamped_dir(export_base(hp.job_dir, FINAL)), hp
+    )
     v1.logging.info("Exported the final model (%s) to %s", os.path.basename(checkpoint_path), path)
     return path
 
@@ -69,11 +70,16 @@ class BestAccuracyExporter(tf.estimator.Exporter):
         if best is not None and value <= best[self._metric]:
             return None
         path = signatures.export_saved_model(checkpoint_path, signatures.timestamped_dir(self._base), self._hp)
-        record = {self._metric: value, "global_step": int(eval_result["global_step"]),
-                  "checkpoint": checkpoint_path, "export": path}
+        record = {
+            self._metric: value,
+            "global_step": int(eval_result["global_step"]),
+            "checkpoint": checkpoint_path,
+            "export": path,
+        }
         with tf.io.gfile.GFile(os.path.join(self._base, BEST_RECORD), "w") as f:
             f.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
         _keep_newest(self._base, self._keep)
-        v1.logging.info("New best validation %s %.4f at step %d: exported to %s",
-                        self._metric, value, record["global_step"], path)
+        v1.logging.info(
+            "New best validation %s %.4f at step %d: exported to %s", self._metric, value, record["global_step"], path
+        )
         return path

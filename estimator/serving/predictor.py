@@ -52,8 +52,9 @@ def read_npy(path: str) -> np.ndarray:
     if array.shape == (fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH):
         array = array[None]
     if array.ndim != 4 or array.shape[1:] != (fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH):
-        raise InputError("%s has shape %s: expected [32, 32, 3] or [N, 32, 32, 3] RGB values 0..255."
-                         % (path, array.shape))
+        raise InputError(
+            "%s has shape %s: expected [32, 32, 3] or [N, 32, 32, 3] RGB values 0..255." % (path, array.shape)
+        )
     return array.astype(np.float32)
 
 
@@ -67,8 +68,10 @@ def load_model(model_dir: str):
     sigs = loaded.signatures
     missing = {signatures.DEFAULT_SIGNATURE, signatures.IMAGES_SIGNATURE} - set(sigs)
     if missing:
-        raise InputError("%s lacks the signature(s) %s: export it with python -m estimator.export."
-                         % (model_dir, ", ".join(sorted(missing))))
+        raise InputError(
+            "%s lacks the signature(s) %s: export it with python -m estimator.export."
+            % (model_dir, ", ".join(sorted(missing)))
+        )
     return loaded, sigs[signatures.DEFAULT_SIGNATURE], sigs[signatures.IMAGES_SIGNATURE]
 
 

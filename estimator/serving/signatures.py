@@ -41,31 +41,43 @@ class CheckpointMismatchError(ValueError):
 
 def decode_image_bytes(image_bytes):
     """PNG/JPEG strings ``[N]`` -> float32 ``[N, 32, 32, 3]`` with values 0..255."""
+
     def one(data):
         image = tf.io.decode_image(data, channels=fmt.DEPTH, expand_animations=False)
         image.set_shape([None, None, fmt.DEPTH])
         size = tf.shape(image)[:2]
         same = tf.reduce_all(tf.equal(size, [fmt.HEIGHT, fmt.WIDTH]))
         # Images already 32x32 pass through untouched, so PNGs give back their exact pixels.
-        return tf.cond(same, lambda: tf.cast(image, tf.float32),
-                       lambda: tf.image.resize(image, [fmt.HEIGHT, fmt.WIDTH], antialias=True))
+        return tf.cond(
+            same,
+            lambda: tf.cast(image, tf.float32),
+            lambda: tf.image.resize(image, [fmt.HEIGHT, fmt.WIDTH], antialias=True),
+        )
 
-    return tf.map_fn(one, image_bytes, fn_output_signature=tf.TensorSpec([fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH],
-                                                                         tf.float32))
+    return tf.map_fn(
+        one, image_bytes, fn_output_signature=tf.TensorSpec([fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH], tf.float32)
+    )
 
 
 def serving_hparams(hp):
     """The training hyperparameters turned into the exported network's: one float32 CPU tower."""
-    return hp.replace(num_gpus=0, num_cpu_towers=0, variable_strategy="CPU", data_format="channels_last",
-                      precision="fp32", eval_flip_tta=False)
+    return hp.replace(
+        num_gpus=0,
+        num_cpu_towers=0,
+        variable_strategy="CPU",
+        data_format="channels_last",
+        precision="fp32",
+        eval_flip_tta=False,
+    )
 
 
 def build_serving_graph(hp):
     """Builds the serving network in the current graph; returns (inputs, outputs) dicts of tensors."""
     image_bytes = v1.placeholder(tf.string, [None], name=IMAGE_BYTES_INPUT)
     # Feeding "images" replaces the decoded bytes, so one network serves both signatures.
-    images = v1.placeholder_with_default(decode_image_bytes(image_bytes), [None, fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH],
-                                         name=IMAGES_INPUT)
+    images = v1.placeholder_with_default(
+        decode_image_bytes(image_bytes), [None, fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH], name=IMAGES_INPUT
+    )
     spec = model_fn(images, None, tf.estimator.ModeKeys.PREDICT, serving_hparams(hp))
     outputs = {name: spec.predictions[name] for name in OUTPUTS}
     return {IMAGE_BYTES_INPUT: image_bytes, IMAGES_INPUT: images}, outputs
@@ -81,7 +93,8 @@ def check_checkpoint(checkpoint_path: str, variables, hp) -> None:
             raise CheckpointMismatchError(
                 "%s does not hold a ResNet-%d %s: its variable %s is %s (want %s). It was trained with other "
                 "--num-layers or --resnet-version: pass the job's own hparams (--job-dir of that job)."
-                % (checkpoint_path, hp.num_layers, hp.resnet_version, name, found, shape))
+                % (checkpoint_path, hp.num_layers, hp.resnet_version, name, found, shape)
+            )
 
 
 def export_saved_model(checkpoint_path: str, export_dir: str, hp) -> str:
@@ -113,12 +126,15 @@ def export_saved_model(checkpoint_path: str, export_dir: str, hp) -> str:
                 builder = v1.saved_model.Builder(temporary)
                 sigs = {
                     DEFAULT_SIGNATURE: v1.saved_model.predict_signature_def(
-                        {IMAGE_BYTES_INPUT: inputs[IMAGE_BYTES_INPUT]}, outputs),
+                        {IMAGE_BYTES_INPUT: inputs[IMAGE_BYTES_INPUT]}, outputs
+                    ),
                     IMAGES_SIGNATURE: v1.saved_model.predict_signature_def(
-                        {IMAGES_INPUT: inputs[IMAGES_INPUT]}, outputs),
+                        {IMAGES_INPUT: inputs[IMAGES_INPUT]}, outputs
+                    ),
                 }
-                builder.add_meta_graph_and_variables(sess, [v1.saved_model.tag_constants.SERVING],
-                                                     signature_def_map=sigs, strip_default_attrs=True)
+                builder.add_meta_graph_and_variables(
+                    sess, [v1.saved_model.tag_constants.SERVING], signature_def_map=sigs, strip_default_attrs=True
+                )
                 builder.save()
         tf.io.gfile.rename(temporary, export_dir)
     finally:
@@ -156,7 +172,8 @@ def find_saved_model(path: str) -> str:
             return candidate
     raise FileNotFoundError(
         "%s holds no SavedModel (saved_model.pb), nor timestamped exports: pass an export such as "
-        "JOB_DIR/export/best, or make one with python -m estimator.export --job-dir JOB_DIR --output DIR." % path)
+        "JOB_DIR/export/best, or make one with python -m estimator.export --job-dir JOB_DIR --output DIR." % path
+    )
 
 
 def resolve_checkpoint(job_dir: str, checkpoint=None) -> str:

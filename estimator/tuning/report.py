@@ -75,8 +75,13 @@ def plot(path: str, table, study_spec: spec_lib.StudySpec) -> None:
         elif p.scale == "UNIT_REVERSE_LOG_SCALE":
             # Dense near the top: x = lo + hi - z with z on a log scale, so the axis is
             # -log(lo + hi - x), increasing with x and labelled in x.
-            ax.set_xscale("function", functions=(lambda x, s=p.min_value + p.max_value: -_safe_log(s - x),
-                                                 lambda y, s=p.min_value + p.max_value: s - 10.0 ** -y))
+            ax.set_xscale(
+                "function",
+                functions=(
+                    lambda x, s=p.min_value + p.max_value: -_safe_log(s - x),
+                    lambda y, s=p.min_value + p.max_value: s - 10.0**-y,
+                ),
+            )
         ax.scatter(xs, [r[metric] for r in scored], c=[colours.get(r["state"], "grey") for r in scored])
         ax.set_xlabel(p.name + ("" if p.scale == "UNIT_LINEAR_SCALE" else " (%s)" % p.scale.lower()))
         ax.set_ylabel(metric)

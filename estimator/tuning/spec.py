@@ -17,8 +17,17 @@ GOALS = ("MAXIMIZE", "MINIMIZE")
 ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH")
 TYPES = ("DOUBLE", "INTEGER", "DISCRETE", "CATEGORICAL")
 SCALES = ("NONE", "UNIT_LINEAR_SCALE", "UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
-HYPERPARAMETER_FIELDS = ("goal", "hyperparameterMetricTag", "maxTrials", "maxParallelTrials", "maxFailedTrials",
-                         "enableTrialEarlyStopping", "resumePreviousJobId", "algorithm", "params")
+HYPERPARAMETER_FIELDS = (
+    "goal",
+    "hyperparameterMetricTag",
+    "maxTrials",
+    "maxParallelTrials",
+    "maxFailedTrials",
+    "enableTrialEarlyStopping",
+    "resumePreviousJobId",
+    "algorithm",
+    "params",
+)
 PARAM_FIELDS = ("parameterName", "type", "minValue", "maxValue", "discreteValues", "categoricalValues", "scaleType")
 # The metrics the trainer reports through cloudml-hypertune (estimator.hooks.EvalReporter).
 REPORTED_METRICS = ("accuracy",)
@@ -93,8 +102,9 @@ def _param(entry, index, trainer_flags) -> Param:
         raise SpecError("%s.parameterName is missing." % where)
     where = "%s (%s)" % (where, name)
     if trainer_flags is not None and "--" + name not in trainer_flags:
-        raise SpecError("%s.parameterName: the trainer has no flag --%s (python -m estimator.cifar10_main --help)."
-                        % (where, name))
+        raise SpecError(
+            "%s.parameterName: the trainer has no flag --%s (python -m estimator.cifar10_main --help)." % (where, name)
+        )
     kind = entry.get("type")
     if kind not in TYPES:
         raise SpecError("%s.type %r is not one of %s." % (where, kind, ", ".join(TYPES)))
@@ -120,8 +130,10 @@ def _param(entry, index, trainer_flags) -> Param:
             lo, hi = int(lo), int(hi)
         return Param(name, kind, lo, hi, scale=scale)
     if scale != "UNIT_LINEAR_SCALE":
-        raise SpecError("%s.scaleType %s: only DOUBLE and INTEGER parameters take a scale here (Optuna samples %s "
-                        "values as categories); remove it." % (where, scale, kind))
+        raise SpecError(
+            "%s.scaleType %s: only DOUBLE and INTEGER parameters take a scale here (Optuna samples %s "
+            "values as categories); remove it." % (where, scale, kind)
+        )
     for key in ("minValue", "maxValue"):
         if key in entry:
             raise SpecError("%s.%s does not go with type %s." % (where, key, kind))
@@ -148,22 +160,27 @@ def study_spec(training_input: dict, trainer_flags=None) -> StudySpec:
         raise SpecError("trainingInput.hyperparameters is missing: this file configures no tuning study.")
     unknown = sorted(set(hp) - set(HYPERPARAMETER_FIELDS))
     if unknown:
-        raise SpecError("trainingInput.hyperparameters: unknown field %s (known: %s)."
-                        % (unknown[0], ", ".join(HYPERPARAMETER_FIELDS)))
+        raise SpecError(
+            "trainingInput.hyperparameters: unknown field %s (known: %s)."
+            % (unknown[0], ", ".join(HYPERPARAMETER_FIELDS))
+        )
     where = "trainingInput.hyperparameters."
     goal = hp.get("goal")
     if goal not in GOALS:
         raise SpecError("%sgoal %r is not one of %s." % (where, goal, ", ".join(GOALS)))
     metric = hp.get("hyperparameterMetricTag", "accuracy")
     if metric not in REPORTED_METRICS:
-        raise SpecError("%shyperparameterMetricTag %r: the trainer reports %s." % (where, metric,
-                                                                                   ", ".join(REPORTED_METRICS)))
+        raise SpecError(
+            "%shyperparameterMetricTag %r: the trainer reports %s." % (where, metric, ", ".join(REPORTED_METRICS))
+        )
     counts = {}
     for key, default in (("maxTrials", 1), ("maxParallelTrials", 1), ("maxFailedTrials", 0)):
         value = hp.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "maxFailedTrials" else 1):
-            raise SpecError("%s%s %r must be a whole number of at least %d." % (
-                where, key, value, 0 if key == "maxFailedTrials" else 1))
+            raise SpecError(
+                "%s%s %r must be a whole number of at least %d."
+                % (where, key, value, 0 if key == "maxFailedTrials" else 1)
+            )
         counts[key] = value
     algorithm = hp.get("algorithm", "ALGORITHM_UNSPECIFIED")
     if algorithm not in ALGORITHMS:
@@ -185,13 +202,23 @@ def study_spec(training_input: dict, trainer_flags=None) -> StudySpec:
     if algorithm == "GRID_SEARCH":
         doubles = [p.name for p in params if p.type == "DOUBLE"]
         if doubles:
-            raise SpecError("%salgorithm GRID_SEARCH takes INTEGER, DISCRETE and CATEGORICAL parameters only; "
-                            "%s is DOUBLE: make it DISCRETE or pick another algorithm." % (where, doubles[0]))
+            raise SpecError(
+                "%salgorithm GRID_SEARCH takes INTEGER, DISCRETE and CATEGORICAL parameters only; "
+                "%s is DOUBLE: make it DISCRETE or pick another algorithm." % (where, doubles[0])
+            )
     failed = counts["maxFailedTrials"] or default_max_failed_trials(counts["maxTrials"])
-    return StudySpec(goal=goal, metric=metric, max_trials=counts["maxTrials"],
-                     max_parallel_trials=counts["maxParallelTrials"], max_failed_trials=failed,
-                     max_failed_trials_given=bool(counts["maxFailedTrials"]), early_stopping=early,
-                     resume_previous_job_id=resume, algorithm=algorithm, params=params)
+    return StudySpec(
+        goal=goal,
+        metric=metric,
+        max_trials=counts["maxTrials"],
+        max_parallel_trials=counts["maxParallelTrials"],
+        max_failed_trials=failed,
+        max_failed_trials_given=bool(counts["maxFailedTrials"]),
+        early_stopping=early,
+        resume_previous_job_id=resume,
+        algorithm=algorithm,
+        params=params,
+    )
 
 
 def grid(params) -> dict:

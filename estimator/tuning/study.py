@@ -72,8 +72,9 @@ class Running:
 
 def flag_value(param: spec_lib.Param, value):
     """How a value goes on the command line: integers as integers, the rest as given."""
-    if param.type == "INTEGER" or (param.type == "DISCRETE" and float(value).is_integer()
-                                   and all(float(v).is_integer() for v in param.values)):
+    if param.type == "INTEGER" or (
+        param.type == "DISCRETE" and float(value).is_integer() and all(float(v).is_integer() for v in param.values)
+    ):
         return int(value)
     return value
 
@@ -153,8 +154,9 @@ def log_tail(path: str, lines: int = 15) -> str:
 
 
 def trial_command(trainer_flags, job_dir: str, values: dict):
-    return processes.trainer_command(list(trainer_flags) + ["--job-dir", job_dir]
-                                     + ["--%s=%s" % (name, value) for name, value in values.items()])
+    return processes.trainer_command(
+        list(trainer_flags) + ["--job-dir", job_dir] + ["--%s=%s" % (name, value) for name, value in values.items()]
+    )
 
 
 def trainer_defaults(trainer_flags, study_spec: spec_lib.StudySpec, parallel: int, train_steps: int) -> list:
@@ -166,16 +168,25 @@ def trainer_defaults(trainer_flags, study_spec: spec_lib.StudySpec, parallel: in
         # Each trial its share of the cores: K trials x all cores would oversubscribe them.
         extra += ["--num-intra-threads", str(max(1, cores // parallel)), "--num-inter-threads", "1"]
     if study_spec.early_stopping and "--save-checkpoints-steps" not in given:
-        extra += ["--save-checkpoints-steps", str(max(1, train_steps // 4)),
-                  "--eval-throttle-secs", "0"]
+        extra += ["--save-checkpoints-steps", str(max(1, train_steps // 4)), "--eval-throttle-secs", "0"]
     return extra
 
 
 class Coordinator(object):
     """Runs the study; ``run()`` returns the finished Optuna study."""
 
-    def __init__(self, study_spec, job_dir: str, trainer_flags, max_trials: int, parallel: int, seed=None,
-                 study_name: str = None, extra_flags=(), out=sys.stdout):
+    def __init__(
+        self,
+        study_spec,
+        job_dir: str,
+        trainer_flags,
+        max_trials: int,
+        parallel: int,
+        seed=None,
+        study_name: str = None,
+        extra_flags=(),
+        out=sys.stdout,
+    ):
         self.spec = study_spec
         self.job_dir = os.path.abspath(job_dir)
         self.trainer_flags = list(trainer_flags) + list(extra_flags)
@@ -199,19 +210,29 @@ class Coordinator(object):
             if self.spec.resume_previous_job_id not in names:
                 raise spec_lib.SpecError(
                     "trainingInput.hyperparameters.resumePreviousJobId %r: %s holds no such study (it has: %s)."
-                    % (self.spec.resume_previous_job_id, os.path.join(self.job_dir, STUDY_DB),
-                       ", ".join(names) or "none"))
+                    % (
+                        self.spec.resume_previous_job_id,
+                        os.path.join(self.job_dir, STUDY_DB),
+                        ", ".join(names) or "none",
+                    )
+                )
         study = optuna.create_study(
-            storage=storage, study_name=self.study_name, load_if_exists=True,
+            storage=storage,
+            study_name=self.study_name,
+            load_if_exists=True,
             direction="maximize" if self.spec.goal == "MAXIMIZE" else "minimize",
-            sampler=make_sampler(self.spec, self.seed), pruner=make_pruner(self.spec))
+            sampler=make_sampler(self.spec, self.seed),
+            pruner=make_pruner(self.spec),
+        )
         from optuna.trial import TrialState
 
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             # A coordinator killed mid-trial: record the trial as failed, keep its directory.
             study.tell(frozen.number, state=TrialState.FAIL)
-            self.say("trial %s was left running by an earlier coordinator: recorded as failed"
-                     % frozen.user_attrs.get("trial_id", frozen.number + 1))
+            self.say(
+                "trial %s was left running by an earlier coordinator: recorded as failed"
+                % frozen.user_attrs.get("trial_id", frozen.number + 1)
+            )
         if self.spec.algorithm == "GRID_SEARCH":
             # Queued points of an earlier run keep their values in "fixed_params" until they start.
             seen = [t.params or t.system_attrs.get("fixed_params", {}) for t in study.get_trials(deepcopy=False)]
@@ -225,8 +246,10 @@ class Coordinator(object):
 
     def row(self, trial_id, values, metric, state, seconds) -> None:
         params = " ".join("%s=%s" % (k, _short(v)) for k, v in values.items())
-        self.say("%-6s %-52s %-10s %-9s %7.1f s" % (trial_id, params, "-" if metric is None else "%.4f" % metric,
-                                                    state, seconds))
+        self.say(
+            "%-6s %-52s %-10s %-9s %7.1f s"
+            % (trial_id, params, "-" if metric is None else "%.4f" % metric, state, seconds)
+        )
 
     # -- trials ----------------------------------------------------------------
 
@@ -238,14 +261,18 @@ class Coordinator(object):
         trial.set_user_attr("values", values)
         trial_dir = os.path.join(self.job_dir, trial_id)
         os.makedirs(trial_dir, exist_ok=True)
-        env = dict(os.environ, CLOUD_ML_TRIAL_ID=trial_id,
-                   CLOUD_ML_HP_METRIC_FILE=os.path.join(trial_dir, METRIC_FILE),
-                   TF_CONFIG=cluster_lib.tf_config({}, "worker", 0, trial_id))
+        env = dict(
+            os.environ,
+            CLOUD_ML_TRIAL_ID=trial_id,
+            CLOUD_ML_HP_METRIC_FILE=os.path.join(trial_dir, METRIC_FILE),
+            TF_CONFIG=cluster_lib.tf_config({}, "worker", 0, trial_id),
+        )
         command = trial_command(self.trainer_flags, self.job_dir, values)
         trial.set_user_attr("command", " ".join(command[1:]))
         log = open(os.path.join(trial_dir, LOG_FILE), "w")
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True, preexec_fn=_die_with_parent)
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=_die_with_parent
+        )
         self.running[trial.number] = Running(trial, trial_id, values, process, log, time.time(), set())
 
     def poll(self, study, run: Running):
@@ -284,10 +311,15 @@ class Coordinator(object):
         del self.running[run.trial.number]
         self.row(run.trial_id, run.values, value, state.name, seconds)
         if state == TrialState.FAIL:
-            self.say("  trial %s failed (%s); last lines of %s:\n%s" % (
-                run.trial_id, run.trial.user_attrs.get("error"),
-                os.path.join(self.job_dir, run.trial_id, LOG_FILE),
-                _indent(run.trial.user_attrs.get("log_tail", ""))))
+            self.say(
+                "  trial %s failed (%s); last lines of %s:\n%s"
+                % (
+                    run.trial_id,
+                    run.trial.user_attrs.get("error"),
+                    os.path.join(self.job_dir, run.trial_id, LOG_FILE),
+                    _indent(run.trial.user_attrs.get("log_tail", "")),
+                )
+            )
 
     @staticmethod
     def _started(study) -> int:
@@ -311,9 +343,14 @@ class Coordinator(object):
                     for run in list(self.running.values()):
                         processes.stop_group(run.process)
                         self.finish(study, run, TrialState.FAIL, None)
-                    raise StudyFailed("%d trial(s) failed, the study's limit (maxFailedTrials %d%s): stopping."
-                                      % (failed, self.spec.max_failed_trials,
-                                         "" if self.spec.max_failed_trials_given else ", by the default rule"))
+                    raise StudyFailed(
+                        "%d trial(s) failed, the study's limit (maxFailedTrials %d%s): stopping."
+                        % (
+                            failed,
+                            self.spec.max_failed_trials,
+                            "" if self.spec.max_failed_trials_given else ", by the default rule",
+                        )
+                    )
                 while len(self.running) < self.parallel and self._started(study) < self.max_trials:
                     self.start(study)
                 if not self.running:

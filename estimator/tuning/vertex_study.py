@@ -27,8 +27,15 @@ def _parameter_spec(p: spec_lib.Param) -> dict:
     return out
 
 
-def hyperparameter_tuning_job(training_input: dict, study_spec: spec_lib.StudySpec, package_uri: str, trainer_args,
-                              display_name: str, base_output_dir: str = None, image_uri: str = None) -> dict:
+def hyperparameter_tuning_job(
+    training_input: dict,
+    study_spec: spec_lib.StudySpec,
+    package_uri: str,
+    trainer_args,
+    display_name: str,
+    base_output_dir: str = None,
+    image_uri: str = None,
+) -> dict:
     """A ``HyperparameterTuningJob`` for ``gcloud ai hp-tuning-jobs create --config``."""
     study = {
         "metrics": [{"metricId": study_spec.metric, "goal": study_spec.goal}],
