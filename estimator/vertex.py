@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     if not args.image_uri:
         print(
             "note: %s is Google's prebuilt TensorFlow 2.15 image (%s); if it can no longer be pulled, build a "
-            "container of your own and pass --image-uri (README, Vertex AI)."
+            "container of your own and pass --image-uri (docs/cloud.md, Vertex AI)."
             % (
                 vertex_job.PREBUILT_GPU_IMAGE if "NVIDIA" in str(config) else vertex_job.PREBUILT_CPU_IMAGE,
                 vertex_job.PREBUILT_SUPPORT,

@@ -17,7 +17,7 @@ from estimator.tuning import spec as spec_lib
 # Google's prebuilt TensorFlow 2.15 training containers (Python 3.10). Google's
 # supported-frameworks list gives 2024-11-14 as their end of patches and support
 # and 2025-11-14 as their end of availability: pass --image-uri with a container
-# of your own (README, "Vertex AI") if they can no longer be pulled.
+# of your own (docs/cloud.md, "Vertex AI") if they can no longer be pulled.
 PREBUILT_CPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-15.py310:latest"
 PREBUILT_GPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-15.py310:latest"
 PREBUILT_SUPPORT = "end of support 2024-11-14, end of availability 2025-11-14"

@@ -1,0 +1,273 @@
+"""``--time-budget``: plan the number of training steps from measured speed, and re-plan as it drifts.
+
+The whole command, from start-up to ``results.json`` (final evaluations,
+exports and pictures included), should end within the budget and use it. A
+fixed number of epochs cannot do that on machines of different speed, and
+stopping at a time with the schedule cut short wastes the end of the run:
+Li, Yumer & Ramanan (ICLR 2020, "Budgeted Training") show that a schedule
+that decays to zero at the end of the budget beats a truncated one, most at
+small budgets. Ultralytics' trainer re-plans its epochs from measured speed
+the same way.
+
+How it works:
+
+* ``Planner`` (pure Python, a clock passed in, so tests drive it with a
+  simulated one) measures training steps/s after a warm-up, reserves time for
+  what follows training (evaluations at an estimated forward-pass rate, plus
+  fixed costs) and plans the total number of steps. It re-plans every
+  ``replan_secs`` when the plan would move by more than ``replan_tolerance``:
+  shared machines drift, and another process may take a core mid-run. If the
+  deadline for training arrives anyway, it stops training at once.
+* The learning rate is a function of the *fraction of the plan done*
+  (``progress``), not of the step: a re-plan at step ``s`` with progress
+  ``p_s`` continues linearly from ``p_s`` to 1 at the new last step, so the
+  rate stays continuous and still reaches zero at the end of the budget.
+  ``progress_tensor`` builds that in the graph from three local variables
+  that ``BudgetHook`` assigns.
+* ``JOB_DIR/budget.json`` records the budget, the time used, the progress and
+  the re-plans. A job restarted on its job dir continues with what remains of
+  its budget (the time of every earlier run counts) from the progress it had
+  reached.
+* A distributed (TF_CONFIG) job is refused: there the chief would have to
+  plan for workers it does not time. Give a cluster ``--train-steps``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field
+
+BUDGET_FILE = "budget.json"
+
+# Steps left out of the speed measurement: they pay for graph optimisation and
+# filling the input pipeline (measured here: the first ~10 steps take 2-5x longer).
+WARMUP_STEPS = 10
+# A forward pass (evaluation) costs about a third of a training step per image
+# (forward + backward + update); measured here 3.1-3.6x on ResNet-14/20 fp32 and
+# bf16: 3 is on the safe side.
+EVAL_SPEEDUP = 3.0
+# What the end of a run costs besides evaluating images: building the evaluation
+# graphs and restoring checkpoints (twice), two SavedModel exports, pictures and
+# curves.png. Measured at 14-19 s on 2 cores (ResNet-14/20); kept with a margin.
+FINAL_FIXED_SECS = 22.0
+# Re-plan at most this often, and only when the plan would move by more than this.
+REPLAN_SECS = 15.0
+REPLAN_TOLERANCE = 0.01
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90s``, ``5m``, ``1h30m``, ``1h2m3s`` or plain seconds (``300``, ``12.5``).
+
+    Raises:
+      ValueError: naming the text and the forms it takes.
+    """
+    value = str(text).strip().lower()
+    seconds = None
+    try:
+        seconds = float(value)
+    except ValueError:
+        match = _DURATION.match(value)
+        if match and any(match.groups()):
+            h, m, s = (float(g) if g else 0.0 for g in match.groups())
+            seconds = 3600 * h + 60 * m + s
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError("%r is not a positive duration: use e.g. 90s, 5m, 1h30m or seconds (300)." % text)
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Progress runs linearly from ``anchor_progress`` at ``anchor_step`` to 1 at ``total_steps``."""
+
+    anchor_step: int
+    anchor_progress: float
+    total_steps: int
+
+    def progress(self, step: float) -> float:
+        """The fraction of the plan done at ``step`` (0..1)."""
+        span = max(1.0, self.total_steps - self.anchor_step)
+        done = min(1.0, max(0.0, (step - self.anchor_step) / span))
+        return self.anchor_progress + (1.0 - self.anchor_progress) * done
+
+
+@dataclass
+class BudgetState:
+    """What ``budget.json`` holds (and a restarted job reads back)."""
+
+    budget_secs: float
+    used_secs: float = 0.0  # wall time of earlier runs of this job
+    step: int = 0
+    progress: float = 0.0
+    planned_steps: int = None  # the first plan of the job
+    replans: list = field(default_factory=list)  # {"step", "steps_per_sec", "planned_steps"}
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> BudgetState:
+        values = json.loads(text)
+        known = {k: values[k] for k in cls.__dataclass_fields__ if k in values}
+        return cls(**known)
+
+
+class Planner:
+    """Plans and re-plans the steps of one process's share of the budget.
+
+    Args:
+      budget_secs: the whole job's budget.
+      start: the clock's value when this process started.
+      state: what earlier runs of the job used (``BudgetState``); a fresh one for a new job.
+      images_per_step: training images behind one step.
+      final_images: images the evaluations after training will see (views counted).
+      clock: ``time.monotonic`` or a simulated clock.
+      guess_images_per_sec: the speed assumed before any is measured (the first steps only).
+    """
+
+    def __init__(self, budget_secs: float, start: float, state: BudgetState, images_per_step: int,
+                 final_images: int, clock=time.monotonic, guess_images_per_sec: float = 500.0,
+                 replan_secs: float = REPLAN_SECS, final_fixed_secs: float = FINAL_FIXED_SECS):
+        self.budget_secs = budget_secs
+        self.state = state
+        self.clock = clock
+        self.images_per_step = images_per_step
+        self.final_images = final_images
+        self.replan_secs = replan_secs
+        self.final_fixed_secs = final_fixed_secs
+        self.deadline = start + budget_secs - state.used_secs
+        self.start = start
+        self.steps_per_sec = guess_images_per_sec / images_per_step
+        self.measured = False
+        self.plan = None
+        self._mark = None  # (time, step) where the current speed measurement began
+        self._last_check = None
+        self.stopped_early = False
+
+    # -- arithmetic ------------------------------------------------------------------------------
+
+    def final_secs(self) -> float:
+        """Time to keep for after training, at the current speed."""
+        eval_rate = EVAL_SPEEDUP * self.steps_per_sec * self.images_per_step
+        return self.final_fixed_secs + self.final_images / max(eval_rate, 1e-9)
+
+    def training_deadline(self) -> float:
+        return self.deadline - self.final_secs()
+
+    def steps_that_fit(self, step: int, now: float) -> int:
+        """The last step training can reach by the training deadline at the current speed."""
+        left = max(0.0, self.training_deadline() - now)
+        return int(step + math.floor(left * self.steps_per_sec))
+
+    def remaining_secs(self, now: float) -> float:
+        return self.deadline - now
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def begin(self, step: int) -> Plan:
+        """The provisional plan from the guessed speed, continuing the progress of an earlier run."""
+        now = self.clock()
+        self._mark = None
+        self._last_check = now
+        total = max(step + 1, self.steps_that_fit(step, now))
+        self.plan = Plan(step, self.state.progress, total)
+        return self.plan
+
+    def after_step(self, step: int) -> Plan:
+        """Called with the global step reached after each training step; returns a new plan when
+        it re-plans, else None. ``should_stop`` says when to end training."""
+        now = self.clock()
+        if self._mark is None:
+            if step - self.plan.anchor_step >= WARMUP_STEPS:
+                self._mark = (now, step)
+            return None
+        then, before = self._mark
+        if now - then <= 0 or step <= before:
+            return None
+        measured = (step - before) / (now - then)
+        if not self.measured:
+            if now - then < min(5.0, self.replan_secs):
+                return None
+            self.steps_per_sec, self.measured = measured, True
+            return self._replan(step, now, first=True)
+        if now - self._last_check < self.replan_secs:
+            return None
+        # Speed of the last interval: what the machine gives now (another process may have
+        # taken a core), not the average since the start.
+        self.steps_per_sec = measured
+        self._mark = (now, step)
+        return self._replan(step, now)
+
+    def _replan(self, step: int, now: float, first: bool = False):
+        self._last_check = now
+        if first:
+            self._mark = (now, step)
+        total = max(step + 1, self.steps_that_fit(step, now))
+        if not first and abs(total - self.plan.total_steps) <= REPLAN_TOLERANCE * self.plan.total_steps:
+            return None
+        self.plan = Plan(step, self.plan.progress(step), total)
+        if self.state.planned_steps is None:
+            self.state.planned_steps = total
+        self.state.replans.append({"step": int(step), "steps_per_sec": round(self.steps_per_sec, 4),
+                                   "planned_steps": int(total)})
+        return self.plan
+
+    def should_stop(self, step: int) -> bool:
+        """True once the plan is done, or when the training deadline has come anyway."""
+        if step >= self.plan.total_steps:
+            return True
+        if self.clock() >= self.training_deadline():
+            self.stopped_early = True
+            return True
+        return False
+
+    def record(self, step: int) -> BudgetState:
+        """The state to save: time used so far (earlier runs and this one), step and progress."""
+        self.state.step = int(step)
+        self.state.progress = self.plan.progress(step) if self.plan else self.state.progress
+        return self.state
+
+    def used_secs(self, now: float) -> float:
+        return self.state.used_secs + (now - self.start)
+
+
+def progress_tensor(global_step):
+    """The fraction of the plan done at ``global_step``, from local variables ``BudgetHook`` assigns.
+
+    Returns ``(progress, assign)``: a float64 tensor, and a function of a ``Plan`` that gives the
+    ops and feeds that load it.
+    """
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+
+    def local(name, value):
+        return v1.get_variable(name, [], tf.float64, initializer=v1.constant_initializer(value), trainable=False,
+                               collections=[v1.GraphKeys.LOCAL_VARIABLES])
+
+    with v1.variable_scope("time_budget"):
+        anchor_step, anchor_progress, total = local("anchor_step", 0), local("anchor_progress", 0), local("total", 1)
+        feeds = [v1.placeholder(tf.float64, [], name=n) for n in ("new_anchor_step", "new_anchor_progress", "new_total")]
+        load = tf.group(*[v1.assign(v, f) for v, f in zip((anchor_step, anchor_progress, total), feeds)],
+                        name="load_plan")
+    v1.add_to_collection("time_budget_plan", load)
+    for f in feeds:
+        v1.add_to_collection("time_budget_plan", f)
+    s = tf.cast(global_step, tf.float64)
+    done = tf.clip_by_value((s - anchor_step) / tf.maximum(1.0, total - anchor_step), 0.0, 1.0)
+    return anchor_progress + (1.0 - anchor_progress) * done
+
+
+def plan_loader(graph):
+    """``(op, feeds)`` that load a plan into the graph of ``progress_tensor``, or None."""
+    found = graph.get_collection("time_budget_plan")
+    return (found[0], found[1:]) if found else None
