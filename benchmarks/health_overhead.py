@@ -42,14 +42,7 @@ def run(data_dir, job_dir, steps, layers, extra):
             str(layers),
             "--train-steps",
             str(steps),
-            "--seed",
-            "1",
-            "--eval-policy",
-            "final",
-            "--export",
-            "false",
-            "--save-checkpoints-secs",
-            "100000",
+            *"--seed 1 --eval-policy final --export false --save-checkpoints-secs 100000".split(),
         ]
         + extra
     )

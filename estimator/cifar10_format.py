@@ -87,10 +87,7 @@ def feature_spec():
     """The ``tf.io.parse_example`` spec of a record."""
     import tensorflow as tf
 
-    return {
-        IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
-        LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
-    }
+    return {IMAGE_KEY: tf.io.FixedLenFeature([], tf.string), LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
 
 
 def make_manifest(files: dict, source: dict) -> dict:

@@ -355,7 +355,7 @@ def convert(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description="Download CIFAR-10 (python version), verify it and write train/validation/eval TFRecords.",
+        description="Download CIFAR-10 (python version), verify it and write train/validation/eval TFRecords."
     )
     parser.add_argument("--data-dir", required=True, help="Directory (or gs://bucket/path) to write the TFRecords to.")
     parser.add_argument(

@@ -263,6 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
         fromfile_prefix_chars="@",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+
+    def flag(name, help=None, **kw):
+        """A flag whose default is its HParams field's."""
+        p.add_argument(name, default=getattr(d, name[2:].replace("-", "_")), help=help, **kw)
+
     p.add_argument(
         "--data-dir",
         required=True,
@@ -274,28 +279,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="Directory (or gs:// path) for checkpoints, summaries and results. "
         "Defaults to $AIP_MODEL_DIR's parent on Vertex AI.",
     )
-    p.add_argument(
+    flag(
         "--variable-strategy",
+        "Where variables live: CPU (a parameter-server layout) or spread over the GPUs.",
         choices=["CPU", "GPU"],
-        default=d.variable_strategy,
-        help="Where variables live: CPU (a parameter-server layout) or spread over the GPUs.",
     )
-    p.add_argument(
-        "--num-gpus", type=_int, default=d.num_gpus, help="GPUs to use, one tower each; 0 trains on the CPU."
-    )
-    p.add_argument(
+    flag("--num-gpus", "GPUs to use, one tower each; 0 trains on the CPU.", type=_int)
+    flag(
         "--num-cpu-towers",
-        type=_int,
-        default=d.num_cpu_towers,
-        help="With --num-gpus 0: run N towers on N CPU devices (tests the multi-GPU "
+        "With --num-gpus 0: run N towers on N CPU devices (tests the multi-GPU "
         "logic on machines without GPUs; no speed-up).",
+        type=_int,
     )
-    p.add_argument("--num-layers", type=_int, default=d.num_layers, help="ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...")
-    p.add_argument(
+    flag("--num-layers", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...", type=_int)
+    flag(
         "--resnet-version",
+        "Residual unit: v1 (post-activation), v2 (pre-activation), bottleneck_v2 (9n+2).",
         choices=list(cifar10_model.VERSIONS),
-        default=d.resnet_version,
-        help="Residual unit: v1 (post-activation), v2 (pre-activation), bottleneck_v2 (9n+2).",
     )
     p.add_argument(
         "--train-steps",
@@ -310,32 +310,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="Train for this many passes over the training set instead of --train-steps "
         "(rounded up to whole global steps).",
     )
-    p.add_argument(
-        "--train-batch-size",
-        type=_int,
-        default=d.train_batch_size,
-        help="Images per step on each worker, split over its towers.",
+    flag("--train-batch-size", "Images per step on each worker, split over its towers.", type=_int)
+    flag("--eval-batch-size", "Images per evaluation step, split over the towers.", type=_int)
+    flag("--momentum", type=float)
+    flag("--weight-decay", type=float)
+    flag(
+        "--learning-rate", "Peak rate (per %d images with --lr-scaling linear)." % schedules.REFERENCE_BATCH, type=float
     )
-    p.add_argument(
-        "--eval-batch-size",
-        type=_int,
-        default=d.eval_batch_size,
-        help="Images per evaluation step, split over the towers.",
-    )
-    p.add_argument("--momentum", type=float, default=d.momentum)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument(
-        "--learning-rate",
-        type=float,
-        default=d.learning_rate,
-        help="Peak rate (per %d images with --lr-scaling linear)." % schedules.REFERENCE_BATCH,
-    )
-    p.add_argument(
+    flag(
         "--lr-schedule",
-        choices=schedules.SCHEDULES,
-        default=d.lr_schedule,
-        help="piecewise: x0.1, x0.01, x0.002 after epochs 82, 123, 300 (the original); "
+        "piecewise: x0.1, x0.01, x0.002 after epochs 82, 123, 300 (the original); "
         "cosine: half a cosine to 0 at the last step; onecycle: linear up, then linear to 0.",
+        choices=schedules.SCHEDULES,
     )
     p.add_argument(
         "--lr-decay-steps",
@@ -352,76 +338,53 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Linear warm-up to the peak rate over these epochs (default 0; onecycle: the first 20%% of training).",
     )
-    p.add_argument(
+    flag(
         "--lr-scaling",
+        "linear: multiply --learning-rate by global batch / %d (Goyal et al. 2017)." % schedules.REFERENCE_BATCH,
         choices=schedules.SCALINGS,
-        default=d.lr_scaling,
-        help="linear: multiply --learning-rate by global batch / %d (Goyal et al. 2017)." % schedules.REFERENCE_BATCH,
     )
-    p.add_argument("--nesterov", action=_BoolFlag, default=d.nesterov, help="Nesterov momentum.")
-    p.add_argument(
+    flag("--nesterov", "Nesterov momentum.", action=_BoolFlag)
+    flag(
         "--label-smoothing",
+        "Training targets (1 - e) one-hot + e/10 (Szegedy et al. 2016); evaluation reports the plain cross-entropy.",
         type=float,
-        default=d.label_smoothing,
-        help="Training targets (1 - e) one-hot + e/10 (Szegedy et al. 2016); "
-        "evaluation reports the plain cross-entropy.",
     )
-    p.add_argument(
+    flag(
         "--precision",
-        choices=list(COMPUTE_DTYPES),
-        default=d.precision,
-        help="Compute dtype of the network: fp32; bf16 (CPUs with AVX512-BF16/AMX, recent GPUs); "
+        "Compute dtype of the network: fp32; bf16 (CPUs with AVX512-BF16/AMX, recent GPUs); "
         "fp16 with dynamic loss scaling (GPUs). Variables and checkpoints stay float32.",
+        choices=list(COMPUTE_DTYPES),
     )
-    p.add_argument(
+    flag(
         "--eval-policy",
-        choices=EVAL_POLICIES,
-        default=d.eval_policy,
-        help="periodic: evaluate the validation split after each checkpoint (the original); "
+        "periodic: evaluate the validation split after each checkpoint (the original); "
         "final: train without stopping, then evaluate once (short runs).",
+        choices=EVAL_POLICIES,
     )
-    p.add_argument(
+    flag(
         "--eval-flip-tta",
-        action=_BoolFlag,
-        default=d.eval_flip_tta,
-        help="Also report the final test accuracy with flip test-time augmentation "
+        "Also report the final test accuracy with flip test-time augmentation "
         "(mean of the image's and its mirror's probabilities), as accuracy_flip_tta.",
+        action=_BoolFlag,
     )
-    p.add_argument(
+    flag(
         "--validation-flip-tta",
-        action=_BoolFlag,
-        default=d.validation_flip_tta,
-        help="Flip TTA in the validation evaluations during training too (a second forward pass "
+        "Flip TTA in the validation evaluations during training too (a second forward pass "
         "each; --eval-flip-tta alone keeps it to the final test evaluation).",
+        action=_BoolFlag,
     )
-    p.add_argument(
+    flag(
         "--export",
-        action=_BoolFlag,
-        default=d.export,
-        help="Export SavedModels: the best by validation accuracy after each evaluation "
+        "Export SavedModels: the best by validation accuracy after each evaluation "
         "(JOB_DIR/export/best/<timestamp>) and the last checkpoint (JOB_DIR/export/final/<timestamp>).",
-    )
-    p.add_argument(
-        "--use-distortion-for-training",
         action=_BoolFlag,
-        default=d.use_distortion_for_training,
-        help="Pad, randomly crop and flip training images.",
     )
+    flag("--use-distortion-for-training", "Pad, randomly crop and flip training images.", action=_BoolFlag)
     p.add_argument(
         "--sync", action="store_true", help="Synchronous distributed training (one update from all workers)."
     )
-    p.add_argument(
-        "--num-intra-threads",
-        type=_int,
-        default=d.num_intra_threads,
-        help="Threads inside one op; 0 lets TensorFlow choose.",
-    )
-    p.add_argument(
-        "--num-inter-threads",
-        type=_int,
-        default=d.num_inter_threads,
-        help="Ops run in parallel; 0 lets TensorFlow choose.",
-    )
+    flag("--num-intra-threads", "Threads inside one op; 0 lets TensorFlow choose.", type=_int)
+    flag("--num-inter-threads", "Ops run in parallel; 0 lets TensorFlow choose.", type=_int)
     p.add_argument(
         "--data-format",
         choices=DATA_FORMATS,
@@ -429,8 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Layout inside the model; default channels_first on GPUs, channels_last on CPUs.",
     )
     p.add_argument("--log-device-placement", action="store_true")
-    p.add_argument("--batch-norm-decay", type=float, default=d.batch_norm_decay)
-    p.add_argument("--batch-norm-epsilon", type=float, default=d.batch_norm_epsilon)
+    flag("--batch-norm-decay", type=float)
+    flag("--batch-norm-epsilon", type=float)
     p.add_argument("--seed", type=_int, default=None, help="Fixes initialisation, shuffling and distortion.")
     p.add_argument(
         "--deterministic", action="store_true", help="Deterministic ops (with --seed: identical runs on the CPU)."
@@ -441,22 +404,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Checkpoint (and then evaluate) every N steps instead of every --save-checkpoints-secs.",
     )
-    p.add_argument("--save-checkpoints-secs", type=_int, default=d.save_checkpoints_secs)
-    p.add_argument(
-        "--eval-throttle-secs", type=_int, default=d.eval_throttle_secs, help="Do not evaluate more often than this."
-    )
-    p.add_argument("--keep-checkpoint-max", type=_int, default=d.keep_checkpoint_max)
-    p.add_argument(
-        "--log-every-n-steps",
-        type=_int,
-        default=d.log_every_n_steps,
-        help="Log loss, learning rate, accuracy and examples/sec every N steps.",
-    )
-    p.add_argument(
+    flag("--save-checkpoints-secs", type=_int)
+    flag("--eval-throttle-secs", "Do not evaluate more often than this.", type=_int)
+    flag("--keep-checkpoint-max", type=_int)
+    flag("--log-every-n-steps", "Log loss, learning rate, accuracy and examples/sec every N steps.", type=_int)
+    flag(
         "--ps-wait-secs",
+        "In a cluster, how long to wait for the parameter servers to answer before failing.",
         type=_int,
-        default=d.ps_wait_secs,
-        help="In a cluster, how long to wait for the parameter servers to answer before failing.",
     )
     p.add_argument(
         "--verbose",
@@ -464,12 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Show TensorFlow's deprecation notices and the Estimator's bookkeeping lines "
         "(hidden by default: one progress line per --log-every-n-steps instead).",
     )
-    p.add_argument(
-        "--histograms",
-        action=_BoolFlag,
-        default=d.histograms,
-        help="Weight and gradient histograms of each layer in TensorBoard.",
-    )
+    flag("--histograms", "Weight and gradient histograms of each layer in TensorBoard.", action=_BoolFlag)
     h = p.add_argument_group(
         "health rules",
         "Checked in the graph every --health-every-n-steps steps and after each evaluation; "

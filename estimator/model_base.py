@@ -105,19 +105,9 @@ class ResNet(object):
             gamma = v1.get_variable("gamma", [channels], initializer=v1.ones_initializer())
             beta = v1.get_variable("beta", [channels], initializer=v1.zeros_initializer())
             stat_collections = [v1.GraphKeys.GLOBAL_VARIABLES, v1.GraphKeys.MOVING_AVERAGE_VARIABLES]
-            moving_mean = v1.get_variable(
-                "moving_mean",
-                [channels],
-                trainable=False,
-                initializer=v1.zeros_initializer(),
-                collections=stat_collections,
-            )
-            moving_variance = v1.get_variable(
-                "moving_variance",
-                [channels],
-                trainable=False,
-                initializer=v1.ones_initializer(),
-                collections=stat_collections,
+            moving_mean, moving_variance = (
+                v1.get_variable(stat, [channels], trainable=False, initializer=init, collections=stat_collections)
+                for stat, init in (("moving_mean", v1.zeros_initializer()), ("moving_variance", v1.ones_initializer()))
             )
         data_format = "NCHW" if self._nchw else "NHWC"
         if not self._is_training:

@@ -54,8 +54,7 @@ def _client():
             from google.auth.credentials import AnonymousCredentials
 
             client = gcs.Client(
-                project=os.environ.get("GOOGLE_CLOUD_PROJECT", "local-emulator"),
-                credentials=AnonymousCredentials(),
+                project=os.environ.get("GOOGLE_CLOUD_PROJECT", "local-emulator"), credentials=AnonymousCredentials()
             )
         else:
             client = gcs.Client()

@@ -134,9 +134,18 @@ class Planner:
       guess_images_per_sec: the speed assumed before any is measured (the first steps only).
     """
 
-    def __init__(self, budget_secs: float, start: float, state: BudgetState, images_per_step: int,
-                 final_images: int, clock=time.monotonic, guess_images_per_sec: float = 500.0,
-                 replan_secs: float = REPLAN_SECS, final_fixed_secs: float = FINAL_FIXED_SECS):
+    def __init__(
+        self,
+        budget_secs: float,
+        start: float,
+        state: BudgetState,
+        images_per_step: int,
+        final_images: int,
+        clock=time.monotonic,
+        guess_images_per_sec: float = 500.0,
+        replan_secs: float = REPLAN_SECS,
+        final_fixed_secs: float = FINAL_FIXED_SECS,
+    ):
         self.budget_secs = budget_secs
         self.state = state
         self.clock = clock
@@ -217,8 +226,9 @@ class Planner:
         self.plan = Plan(step, self.plan.progress(step), total)
         if self.state.planned_steps is None:
             self.state.planned_steps = total
-        self.state.replans.append({"step": int(step), "steps_per_sec": round(self.steps_per_sec, 4),
-                                   "planned_steps": int(total)})
+        self.state.replans.append(
+            {"step": int(step), "steps_per_sec": round(self.steps_per_sec, 4), "planned_steps": int(total)}
+        )
         return self.plan
 
     def should_stop(self, step: int) -> bool:
@@ -251,14 +261,23 @@ def progress_tensor(global_step):
     v1 = tf.compat.v1
 
     def local(name, value):
-        return v1.get_variable(name, [], tf.float64, initializer=v1.constant_initializer(value), trainable=False,
-                               collections=[v1.GraphKeys.LOCAL_VARIABLES])
+        return v1.get_variable(
+            name,
+            [],
+            tf.float64,
+            initializer=v1.constant_initializer(value),
+            trainable=False,
+            collections=[v1.GraphKeys.LOCAL_VARIABLES],
+        )
 
     with v1.variable_scope("time_budget"):
         anchor_step, anchor_progress, total = local("anchor_step", 0), local("anchor_progress", 0), local("total", 1)
-        feeds = [v1.placeholder(tf.float64, [], name=n) for n in ("new_anchor_step", "new_anchor_progress", "new_total")]
-        load = tf.group(*[v1.assign(v, f) for v, f in zip((anchor_step, anchor_progress, total), feeds)],
-                        name="load_plan")
+        feeds = [
+            v1.placeholder(tf.float64, [], name=n) for n in ("new_anchor_step", "new_anchor_progress", "new_total")
+        ]
+        load = tf.group(
+            *[v1.assign(v, f) for v, f in zip((anchor_step, anchor_progress, total), feeds)], name="load_plan"
+        )
     v1.add_to_collection("time_budget_plan", load)
     for f in feeds:
         v1.add_to_collection("time_budget_plan", f)

@@ -1,6 +1,7 @@
 """What several test modules use: paths, ports, small HParams, running the package's commands,
 reading event files and validating against Google's discovery schemas."""
 
+import contextlib
 import glob
 import json
 import os
@@ -70,6 +71,21 @@ def run_joined(module, *args, env=None, timeout=600):
 def run_main(*flags, env=None, timeout=600):
     """The trainer's command; returns (exit code, stdout and stderr together)."""
     return run_joined("estimator.cifar10_main", *flags, env=env, timeout=timeout)
+
+
+@contextlib.contextmanager
+def tensorboard(logdir):
+    """A real ``tensorboard`` server on a free loopback port; yields its plugin API's base URL."""
+    port = free_port()
+    command = [os.path.join(os.path.dirname(sys.executable), "tensorboard"), "--logdir", str(logdir)]
+    server = subprocess.Popen(
+        command + ["--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        yield "http://127.0.0.1:%d/data/plugin/" % port
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def events(directory):

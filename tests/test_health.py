@@ -6,7 +6,6 @@ import logging
 import math
 import os
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import logs, pictures, summaries
+from estimator import logs, pictures, processes, summaries
 from estimator.cifar10_format import CLASS_NAMES
 from estimator.convert import convert, read_archive
 from estimator.health import monitor as monitor_lib
@@ -22,7 +21,7 @@ from estimator.health import probes, rules
 from estimator.model_fn import model_fn
 from tests import cifar_archives as ca
 from tests import helpers
-from tests.helpers import REPO, events, free_port, run_joined, run_main
+from tests.helpers import REPO, events, run_joined, run_main, tensorboard
 
 v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
@@ -291,7 +290,7 @@ def test_quiet_logs_drop_deprecations_and_chatter_but_keep_ours_and_other_warnin
 
 def test_flag_errors_are_one_line_with_a_pointer_to_help():
     proc = subprocess.run(
-        [sys.executable, "-m", "estimator.cifar10_main", "--data-dir", "x", "--health-checks", "loud"],
+        processes.trainer_command(["--data-dir", "x", "--health-checks", "loud"]),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -319,17 +318,9 @@ def test_flag_errors_are_one_line_with_a_pointer_to_help():
 )
 def test_bad_health_thresholds_are_refused(mini_records, flags, message):
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "estimator.cifar10_main",
-            "--data-dir",
-            mini_records,
-            "--job-dir",
-            "/nonexistent/never-written",
-            "--num-gpus",
-            "0",
-        ]
+        processes.trainer_command(
+            ["--data-dir", mini_records, *"--job-dir /nonexistent/never-written --num-gpus 0".split()]
+        )
         + flags,
         cwd=REPO,
         capture_output=True,
@@ -402,30 +393,13 @@ def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mi
         "--job-dir",
         job,
         *SMALL,
-        "--train-steps",
-        "60",
-        "--train-batch-size",
-        "32",
-        "--eval-policy",
-        "final",
-        "--export",
-        "false",
-        "--health-every-n-steps",
-        "5",
-        "--health-init-loss-tolerance",
-        "1e-6",
-        "--health-vanishing-gradient",
-        "1e3",
-        "--health-exploding-factor",
-        "1e-3",
-        "--health-update-ratio-min",
-        "5",
-        "--health-loss-window",
-        "10",
-        "--health-loss-min-decrease",
-        "0.99",
-        "--health-input-mean-max",
-        "1e-6",
+        *(
+            "--train-steps 60 --train-batch-size 32 --eval-policy final --export false "
+            "--health-every-n-steps 5 --health-init-loss-tolerance 1e-6 "
+            "--health-vanishing-gradient 1e3 --health-exploding-factor 1e-3 "
+            "--health-update-ratio-min 5 --health-loss-window 10 --health-loss-min-decrease "
+            "0.99 --health-input-mean-max 1e-6"
+        ).split(),
     )
     assert rc == 0, out[-3000:]  # warn: training went on
     record = json.load(open(os.path.join(job, "health.json")))
@@ -451,12 +425,7 @@ def test_blank_images_stop_training_under_health_checks_stop(blank_records, tmp_
         "--job-dir",
         job,
         *SMALL,
-        "--train-steps",
-        "50",
-        "--train-batch-size",
-        "32",
-        "--health-checks",
-        "stop",
+        *"--train-steps 50 --train-batch-size 32 --health-checks stop".split(),
     )
     assert rc == monitor_lib.EXIT_STATUS, out[-3000:]
     assert (
@@ -486,40 +455,16 @@ def test_health_scalars_and_pictures_reach_tensorboard(mini_records, tmp_path):
         "--job-dir",
         job,
         *SMALL,
-        "--train-steps",
-        "30",
-        "--train-batch-size",
-        "32",
-        "--save-checkpoints-steps",
-        "15",
-        "--eval-throttle-secs",
-        "0",
-        "--health-every-n-steps",
-        "10",
-        "--log-every-n-steps",
-        "10",
-        "--export",
-        "false",
+        *(
+            "--train-steps 30 --train-batch-size 32 --save-checkpoints-steps 15 "
+            "--eval-throttle-secs 0 --health-every-n-steps 10 --log-every-n-steps 10 --export "
+            "false"
+        ).split(),
     )
     assert rc == 0, out[-3000:]
     assert not os.path.exists(os.path.join(job, "health.json"))  # a healthy run: no alarms
     assert open(os.path.join(job, "curves.png"), "rb").read(4) == b"\x89PNG"
-    port = free_port()
-    tensorboard = subprocess.Popen(
-        [
-            os.path.join(os.path.dirname(sys.executable), "tensorboard"),
-            "--logdir",
-            job,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = "http://127.0.0.1:%d/data/plugin/" % port
-    try:
+    with tensorboard(job) as base:
         deadline, images = time.time() + 90, {}
         while time.time() < deadline:
             try:
@@ -554,6 +499,3 @@ def test_health_scalars_and_pictures_reach_tensorboard(mini_records, tmp_path):
         assert [s["step"] for s in shots] == [15, 30]
         histograms = fetch_json(base + "histograms/tags")
         assert {"weights/fc/kernel", "gradients/fc/kernel", "weights/init_conv/kernel"} <= set(histograms["."])
-    finally:
-        tensorboard.terminate()
-        tensorboard.wait(timeout=30)

@@ -18,13 +18,10 @@ def test_code_runs_on_the_cloud_runtimes_python():
     proc = subprocess.run(
         [
             vermin,
-            "--target=3.7-",
-            "--no-tips",
-            "--violations",
-            "--no-parse-comments",
-            "estimator",
-            "generate_cifar10_tfrecords.py",
-            "setup.py",
+            *(
+                "--target=3.7- --no-tips --violations --no-parse-comments estimator "
+                "generate_cifar10_tfrecords.py setup.py"
+            ).split(),
         ],
         cwd=REPO,
         capture_output=True,
@@ -94,14 +91,7 @@ def test_sdist_installs_with_pip_and_trains_outside_the_source_tree(tmp_path, mi
             mini_records,
             "--job-dir",
             str(elsewhere / "job"),
-            "--num-gpus",
-            "0",
-            "--num-layers",
-            "8",
-            "--train-steps",
-            "5",
-            "--train-batch-size",
-            "16",
+            *"--num-gpus 0 --num-layers 8 --train-steps 5 --train-batch-size 16".split(),
         ],
         cwd=str(elsewhere),
         env=env,

@@ -67,19 +67,10 @@ def test_train_epochs_and_schedule_land_in_hparams(mini_records, tmp_path):
     hp = parse(
         mini_records,
         tmp_path,
-        "--train-epochs",
-        "2",
-        "--lr-schedule",
-        "onecycle",
-        "--train-batch-size",
-        "256.0",
-        "--lr-scaling",
-        "linear",
-        "--label-smoothing",
-        "0.1",
-        "--nesterov",
-        "--precision",
-        "bf16",
+        *(
+            "--train-epochs 2 --lr-schedule onecycle --train-batch-size 256.0 --lr-scaling "
+            "linear --label-smoothing 0.1 --nesterov --precision bf16"
+        ).split(),
     )
     # The mini archive's 4,068 training images at batch 256: 31.8 steps for 2 epochs, rounded up.
     assert (hp.train_steps, hp.train_batch_size, hp.train_epochs) == (32, 256, 2.0)

@@ -19,26 +19,11 @@ from tests.helpers import REPO, events, run_main, run_module
 
 pytestmark = pytest.mark.slow
 
-FLAGS = [
-    "--num-gpus",
-    "0",
-    "--num-layers",
-    "8",
-    "--train-batch-size",
-    "32",
-    "--eval-batch-size",
-    "100",
-    "--save-checkpoints-steps",
-    "20",
-    "--eval-throttle-secs",
-    "0",
-    "--batch-norm-decay",
-    "0.9",
-    "--log-every-n-steps",
-    "20",
-    "--seed",
-    "4",
-]
+FLAGS = (
+    "--num-gpus 0 --num-layers 8 --train-batch-size 32 --eval-batch-size 100 "
+    "--save-checkpoints-steps 20 --eval-throttle-secs 0 --batch-norm-decay 0.9 "
+    "--log-every-n-steps 20 --seed 4"
+).split()
 
 
 def exports(job, kind):

@@ -16,22 +16,10 @@ pytestmark = pytest.mark.slow
 
 # The learning check's settings: ResNet-20, batch 128, batch-norm decay 0.9 so
 # the moving averages keep up within a few hundred steps (../shared/TF215-NOTES.md).
-LEARN = [
-    "--num-gpus",
-    "0",
-    "--num-layers",
-    "20",
-    "--train-steps",
-    "400",
-    "--batch-norm-decay",
-    "0.9",
-    "--seed",
-    "1",
-    "--log-every-n-steps",
-    "100",
-    "--health-loss-window",
-    "100",
-]
+LEARN = (
+    "--num-gpus 0 --num-layers 20 --train-steps 400 --batch-norm-decay 0.9 --seed 1 "
+    "--log-every-n-steps 100 --health-loss-window 100"
+).split()
 
 
 @pytest.fixture(scope="module")
@@ -81,15 +69,7 @@ def test_same_seed_deterministic_runs_are_identical(mini_records, tmp_path):
             job,
             "--data-dir",
             mini_records,
-            "--num-gpus",
-            "0",
-            "--num-layers",
-            "8",
-            "--train-steps",
-            "20",
-            "--train-batch-size",
-            "32",
-            "--seed",
+            *"--num-gpus 0 --num-layers 8 --train-steps 20 --train-batch-size 32 --seed".split(),
             str(seed),
             "--deterministic",
             "--log-every-n-steps",
@@ -119,20 +99,10 @@ def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
         mini_records,
         "--job-dir",
         job,
-        "--num-gpus",
-        "0",
-        "--num-cpu-towers",
-        "2",
-        "--num-layers",
-        "8",
-        "--train-batch-size",
-        "32",
-        "--eval-batch-size",
-        "50",
-        "--log-every-n-steps",
-        "10",
-        "--seed",
-        "3",
+        *(
+            "--num-gpus 0 --num-cpu-towers 2 --num-layers 8 --train-batch-size 32 "
+            "--eval-batch-size 50 --log-every-n-steps 10 --seed 3"
+        ).split(),
     ]
     rc, log = run_main("--train-steps", "30", *flags)
     assert rc == 0, log[-3000:]
@@ -184,32 +154,12 @@ def test_short_run_recipe_flags_end_to_end(mini_records, tmp_path):
         mini_records,
         "--job-dir",
         job,
-        "--num-gpus",
-        "0",
-        "--num-layers",
-        "8",
-        "--train-epochs",
-        "0.5",
-        "--train-batch-size",
-        "64",
-        "--lr-schedule",
-        "onecycle",
-        "--learning-rate",
-        "0.2",
-        "--label-smoothing",
-        "0.1",
-        "--nesterov",
-        "--eval-policy",
-        "final",
-        "--eval-flip-tta",
-        "--eval-batch-size",
-        "200",
-        "--save-checkpoints-steps",
-        "10",
-        "--log-every-n-steps",
-        "8",
-        "--seed",
-        "5",
+        *(
+            "--num-gpus 0 --num-layers 8 --train-epochs 0.5 --train-batch-size 64 "
+            "--lr-schedule onecycle --learning-rate 0.2 --label-smoothing 0.1 --nesterov "
+            "--eval-policy final --eval-flip-tta --eval-batch-size 200 "
+            "--save-checkpoints-steps 10 --log-every-n-steps 8 --seed 5"
+        ).split(),
     )
     assert rc == 0, log[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
@@ -233,18 +183,7 @@ def test_non_finite_loss_stops_at_once_with_a_message(mini_records, tmp_path):
         mini_records,
         "--job-dir",
         job,
-        "--num-gpus",
-        "0",
-        "--num-layers",
-        "8",
-        "--train-steps",
-        "50",
-        "--train-batch-size",
-        "32",
-        "--learning-rate",
-        "1e6",
-        "--seed",
-        "1",
+        *"--num-gpus 0 --num-layers 8 --train-steps 50 --train-batch-size 32 --learning-rate 1e6 --seed 1".split(),
     )
     assert rc == 3, log[-3000:]
     last = log.strip().splitlines()[-1]

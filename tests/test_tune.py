@@ -15,24 +15,14 @@ from tests.helpers import REPO
 pytestmark = pytest.mark.slow
 
 # ResNet-8, 16 steps of batch 32: each trial is a real training run of a few seconds.
-TRAINER = [
-    "--num-gpus",
-    "0",
-    "--num-layers",
-    "8",
-    "--train-steps",
-    "16",
-    "--train-batch-size",
-    "32",
-    "--eval-batch-size",
-    "339",
-    "--batch-norm-decay",
-    "0.9",
-    "--log-every-n-steps",
-    "8",
-    "--seed",
-    "1",
-]
+TRAINER = (
+    "--num-gpus 0 --num-layers 8 --train-steps 16 --train-batch-size 32 "
+    "--eval-batch-size 339 --batch-norm-decay 0.9 --log-every-n-steps 8 --seed 1"
+).split()
+
+
+# The one tuned parameter of the small studies.
+LEARNING_RATE_PARAM = {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.05, "maxValue": 0.1}
 
 
 def write_config(path, **hyperparameters):
@@ -119,11 +109,7 @@ def test_a_three_trial_study_with_every_parameter_type(mini_records, tmp_path):
 
 def test_resume_after_the_coordinator_is_killed(mini_records, tmp_path):
     config = write_config(
-        tmp_path / "hp.yaml",
-        maxTrials=3,
-        maxFailedTrials=2,
-        algorithm="RANDOM_SEARCH",
-        params=[{"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.05, "maxValue": 0.1}],
+        tmp_path / "hp.yaml", maxTrials=3, maxFailedTrials=2, algorithm="RANDOM_SEARCH", params=[LEARNING_RATE_PARAM]
     )
     job = str(tmp_path / "study")
     command = [
@@ -134,10 +120,7 @@ def test_resume_after_the_coordinator_is_killed(mini_records, tmp_path):
         config,
         "--job-dir",
         job,
-        "--seed",
-        "1",
-        "--",
-        "--data-dir",
+        *"--seed 1 -- --data-dir".split(),
         mini_records,
     ] + TRAINER
     coordinator = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -287,11 +270,7 @@ def test_unknown_hyperparameters_field_is_refused(tmp_path, mini_records):
 
 def test_parallel_trials_share_the_cores(mini_records, tmp_path):
     config = write_config(
-        tmp_path / "hp.yaml",
-        maxTrials=2,
-        maxParallelTrials=2,
-        algorithm="RANDOM_SEARCH",
-        params=[{"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.05, "maxValue": 0.1}],
+        tmp_path / "hp.yaml", maxTrials=2, maxParallelTrials=2, algorithm="RANDOM_SEARCH", params=[LEARNING_RATE_PARAM]
     )
     job = str(tmp_path / "study")
     rc, out, err = tune(config, job, mini_records, "--parallel-trials", "2")

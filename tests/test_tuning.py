@@ -3,16 +3,15 @@
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
 
-from estimator import cifar10_main, config, storage
+from estimator import cifar10_main, config, processes, storage
 from estimator.convert import convert
 from tests import cifar_archives as ca
-from tests.helpers import REPO, events, free_port
+from tests.helpers import REPO, events, free_port, tensorboard
 
 
 def fetch_json(url):
@@ -39,28 +38,18 @@ def test_trial_reports_validation_accuracy_to_hypertune_and_tensorboard(mini_rec
     env.pop("CLOUD_ML_TRIAL_ID", None)
     job = tmp_path / "job"
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "estimator.cifar10_main",
-            "--data-dir",
-            mini_records,
-            "--job-dir",
-            str(job),
-            "--num-gpus",
-            "0",
-            "--num-layers",
-            "8",
-            "--train-steps",
-            "20",
-            "--train-batch-size",
-            "32",
-            "--save-checkpoints-steps",
-            "10",
-            "--eval-throttle-secs",
-            "0",
-            "--learning-rate=0.033",
-        ],
+        processes.trainer_command(
+            [
+                "--data-dir",
+                mini_records,
+                "--job-dir",
+                str(job),
+                *(
+                    "--num-gpus 0 --num-layers 8 --train-steps 20 --train-batch-size 32 "
+                    "--save-checkpoints-steps 10 --eval-throttle-secs 0 --learning-rate=0.033"
+                ).split(),
+            ]
+        ),
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -89,22 +78,8 @@ def test_trial_reports_validation_accuracy_to_hypertune_and_tensorboard(mini_rec
     mirrored_eval = events(str(tmp_path / "vertex-tensorboard" / "eval_validation"))
     assert [s for s, _ in mirrored_eval["pictures/confusion_matrix"]] == [10, 20]
 
-    port = free_port()
-    tensorboard = subprocess.Popen(
-        [
-            os.path.join(os.path.dirname(sys.executable), "tensorboard"),
-            "--logdir",
-            str(trial_dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        base = "http://127.0.0.1:%d/data/plugin/scalars" % port
+    with tensorboard(str(trial_dir)) as plugins:
+        base = plugins + "scalars"
         deadline, tags = time.time() + 90, {}
         while time.time() < deadline:
             try:
@@ -119,9 +94,6 @@ def test_trial_reports_validation_accuracy_to_hypertune_and_tensorboard(mini_rec
         series = fetch_json(base + "/scalars?tag=accuracy&run=eval_validation")
         assert [step for _, step, _ in series] == [10, 20]
         assert series[-1][2] == pytest.approx(float(reports[-1]["accuracy"]), abs=1e-6)
-    finally:
-        tensorboard.terminate()
-        tensorboard.wait(timeout=30)
 
 
 def test_trainer_reads_gcs_records_and_writes_gcs_records_of_its_own(gcs, tmp_path):

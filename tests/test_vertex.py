@@ -82,10 +82,7 @@ def test_custom_container_and_an_empty_pool_for_missing_workers(tmp_path):
         "custom-job",
         "--config",
         str(config),
-        "--image-uri",
-        "us-docker.pkg.dev/p/r/t:1",
-        "--",
-        "--data-dir=gs://b/d",
+        *"--image-uri us-docker.pkg.dev/p/r/t:1 -- --data-dir=gs://b/d".split(),
     )
     assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
     chief, skipped, ps = job["workerPoolSpecs"]
@@ -215,12 +212,7 @@ def test_cli_runs_as_a_module(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            "-m",
-            "estimator.vertex",
-            "custom-job",
-            "--config",
-            "cmle_config.yaml",
-            "--package-uri",
+            *"-m estimator.vertex custom-job --config cmle_config.yaml --package-uri".split(),
             PACKAGE,
             "--output",
             str(tmp_path / "j.yaml"),
