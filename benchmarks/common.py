@@ -19,18 +19,10 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2")
 
 def cpu() -> dict:
     """The CPU model and which of the flags that matter for bf16 it has (Linux)."""
-    model, flags = platform.processor() or "unknown", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model in ("unknown", "", platform.machine()):
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-    except OSError:
-        pass
-    return {"model": model, "flags": [f for f in BF16_FLAGS if f in flags]}
+    from estimator.precision import cpu_info
+
+    info = cpu_info()
+    return {"model": info["model"], "flags": [f for f in BF16_FLAGS if f in info["flags"]]}
 
 
 def machine() -> dict:

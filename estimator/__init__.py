@@ -7,6 +7,11 @@ already has an unrelated ``estimator``.
 """
 
 import os
+import time
+
+# When this process started (as near as Python gets): --time-budget counts the whole
+# command from here to results.json.
+STARTED = time.monotonic()
 
 __version__ = "0.2.0"
 

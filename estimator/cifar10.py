@@ -17,6 +17,7 @@ model gives zero weight, so batch shapes stay static and divisible by towers.
 
 from __future__ import annotations
 
+import os
 import random
 
 import tensorflow as tf
@@ -42,15 +43,17 @@ class CorruptDataError(MissingDataError):
     """The TFRecords disagree with the manifest written beside them."""
 
 
-def verify_splits(data_dir: str) -> int:
-    """Checks every split's records against the manifest; returns the number of training images.
+def verify_splits(data_dir: str, train_subsets=(fmt.TRAIN,)) -> int:
+    """Checks every split's records against the manifest; returns the number of training images
+    (of ``train_subsets`` together).
 
     Raises:
       MissingDataError: a split is missing or disagrees with the manifest (the message says how to fix it).
     """
     for subset in fmt.SUBSETS:
         Cifar10DataSet(data_dir, subset).verify()
-    return Cifar10DataSet(data_dir, fmt.TRAIN).num_examples_per_epoch()
+    data = Cifar10DataSet(data_dir, fmt.TRAIN)
+    return sum(data.num_examples_per_epoch(subset) for subset in train_subsets)
 
 
 def decode(serialized):
@@ -98,25 +101,32 @@ def _distort_to_float(images, seed):
 class Cifar10DataSet(object):
     """CIFAR-10 TFRecords of one subset, as written by generate_cifar10_tfrecords.py."""
 
-    def __init__(self, data_dir: str, subset: str = fmt.TRAIN, use_distortion: bool = True, seed=None):
+    def __init__(self, data_dir: str, subset: str = fmt.TRAIN, use_distortion: bool = True, seed=None, also=()):
         """
         Args:
           data_dir: directory (or ``gs://`` path) holding the TFRecords.
           subset: ``train``, ``validation`` or ``eval``.
           use_distortion: crop and flip training images (ignored for other subsets).
           seed: seed for shuffling and distortion; None draws one.
+          also: further subsets to train on with ``train`` (``validation``: a final model on
+            50,000 images); shuffled together, counted together.
 
         Raises:
           ValueError: unknown subset.
           MissingDataError: the subset's TFRecords are not in ``data_dir``.
         """
-        fmt.record_filename(subset)  # validates subset
+        for name in (subset,) + tuple(also):
+            fmt.record_filename(name)  # validates subset
+        if also and subset != fmt.TRAIN:
+            raise ValueError("only training reads several subsets, not %s." % subset)
         self.data_dir = data_dir
         self.subset = subset
+        self.also = tuple(s for s in also if s != subset)
         self.use_distortion = use_distortion
         self.seed = random.SystemRandom().randrange(2**31) if seed is None else int(seed)
-        if not data_dir or not storage.exists(self.get_filenames()[0]):
-            raise _missing(data_dir, fmt.record_filename(subset))
+        for path in self.get_filenames() if data_dir else [None]:
+            if path is None or not storage.exists(path):
+                raise _missing(data_dir, os.path.basename(path) if path else fmt.record_filename(subset))
         self._manifest = fmt.read_manifest(data_dir)
 
     def verify(self, count_records: bool = True) -> None:
@@ -152,11 +162,12 @@ class Cifar10DataSet(object):
                 )
 
     def get_filenames(self):
-        return [storage.join(self.data_dir, fmt.record_filename(self.subset))]
+        return [storage.join(self.data_dir, fmt.record_filename(s)) for s in (self.subset,) + self.also]
 
     def num_examples_per_epoch(self, subset=None) -> int:
-        """Images in ``subset`` (default: this one), from the manifest or the file."""
-        subset = subset or self.subset
+        """Images in ``subset`` (default: this one and the ``also`` ones), from the manifest or the file."""
+        if subset is None:
+            return sum(self.num_examples_per_epoch(s) for s in (self.subset,) + self.also)
         if self._manifest is not None:
             return fmt.num_examples(self._manifest, subset)
         # Records made by the original tool have no manifest: count them.

@@ -16,8 +16,15 @@ logs.quiet_imports()
 import tensorflow as tf  # noqa: E402
 
 from estimator import cluster as cluster_lib  # noqa: E402
-from estimator import config, health, train  # noqa: E402
+from estimator import config, health, resilience, train  # noqa: E402
 from estimator.health import nonfinite  # noqa: E402
+
+# Exit codes (docs/training.md, "Exit codes"): 0 done; 1 an error; 2 bad flags, data or job dir;
+# 3 a NaN or infinite loss or gradient; 4 a health rule under --health-checks stop;
+# 74 a full or read-only disk; 75 another trainer holds the job dir; 130 SIGINT, 143 SIGTERM
+# (a checkpoint was saved: the same command resumes).
+EXIT_STORAGE = 74
+EXIT_BUSY = 75
 
 
 def parse(argv=None):
@@ -25,8 +32,21 @@ def parse(argv=None):
     return config.parse(argv)[0]
 
 
+def _interrupted_line(hp, error: resilience.Interrupted, argv) -> str:
+    checkpoint = tf.train.latest_checkpoint(hp.job_dir)
+    step = checkpoint.rsplit("-", 1)[-1] if checkpoint else "0"
+    command = "python -m estimator.cifar10_main " + " ".join(sys.argv[1:] if argv is None else argv)
+    return "%s: stopped at step %s; checkpoint %s; no results.json. The same command resumes: %s" % (
+        error,
+        step,
+        checkpoint or "none yet",
+        command,
+    )
+
+
 def main(argv=None) -> int:
-    logs.configure(logs.verbose_requested(argv))
+    verbose = logs.verbose_requested(argv)
+    logs.configure(verbose)
     hp = parse(argv)
     if hp.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -37,14 +57,50 @@ def main(argv=None) -> int:
         except cluster_lib.UnreachableError as e:
             print("error: %s" % e, file=sys.stderr)
             return 1
+    # The chief owns the job dir: it holds the lock and saves on a signal. Workers have
+    # nothing to save (the default: a signal ends them), an evaluator only reads.
+    owner = train.writes_job_records(hp)
+    if owner:
+        try:
+            # Before anything is built or written: a job dir of another network stays as it was.
+            resilience.check_same_network(hp)
+        except resilience.ForeignJobDirError as e:
+            print("error: %s" % e, file=sys.stderr)
+            return 2
+    stop = resilience.SignalStop().install() if owner else None
+    lock = None
     try:
-        train.run(hp)
+        if owner:
+            lock = resilience.JobDirLock(hp.job_dir, log=lambda line: print(line, file=sys.stderr)).acquire()
+        train.run(hp, stop)
+    except resilience.Interrupted as e:
+        print(_interrupted_line(hp, e, argv), file=sys.stderr)
+        return e.exit_code
+    except resilience.JobDirBusyError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return EXIT_BUSY
     except nonfinite.NonFiniteError as e:
         print("error: %s" % e, file=sys.stderr)
         return nonfinite.EXIT_STATUS
     except health.HealthStop as e:
         print("error: %s" % e, file=sys.stderr)
         return health.EXIT_STATUS
+    except (OSError, tf.errors.OpError) as e:
+        failure = resilience.storage_failure(e)
+        if failure is None:
+            raise
+        if verbose:
+            import traceback
+
+            traceback.print_exc()
+        resilience.failures.remove_partial_files(hp.job_dir)
+        print("error: %s" % failure, file=sys.stderr)
+        return EXIT_STORAGE
+    finally:
+        if lock is not None:
+            lock.release()
+        if stop is not None:
+            stop.uninstall()
     return 0
 
 

@@ -31,6 +31,16 @@ def check_depth(num_layers: int, version: str = "v1") -> int:
     return (num_layers - 2) // per_unit
 
 
+def check_width(multiplier: float) -> float:
+    """Returns the width multiplier, or raises ValueError: the option-A shortcut pads half the new
+    channels on each side, so 16 x multiplier must be even (8 x multiplier a whole number)."""
+    if not multiplier > 0 or abs(8 * multiplier - round(8 * multiplier)) > 1e-9:
+        raise ValueError(
+            "width multiplier %s must be positive with 8 x it a whole number (e.g. 0.5, 1, 1.5, 2)." % multiplier
+        )
+    return multiplier
+
+
 class ResNetCifar10(model_base.ResNet):
     """A CIFAR-10 ResNet of ``num_layers`` = 6n+2 layers with 10 logits."""
 
@@ -43,15 +53,21 @@ class ResNetCifar10(model_base.ResNet):
         data_format: str = "channels_first",
         version: str = "v1",
         precision: str = "fp32",
+        width_multiplier: float = 1.0,
+        zero_init_residual: bool = False,
     ):
         super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision)
         self.n = check_depth(num_layers, version)
         self.version = version
         self.num_classes = fmt.NUM_CLASSES
-        if version == "bottleneck_v2":
-            self.filters = [16, 64, 128, 256]
-        else:
-            self.filters = [16, 16, 32, 64]
+        base = [16, 64, 128, 256] if version == "bottleneck_v2" else [16, 16, 32, 64]
+        self.filters = [int(round(f * check_width(width_multiplier))) for f in base]
+        if zero_init_residual and version != "v1":
+            raise ValueError(
+                "zero_init_residual zeroes the last batch norm of v1 units; %s units end with a convolution: "
+                "drop --zero-init-residual or use --resnet-version v1." % version
+            )
+        self.zero_init_residual = zero_init_residual
         self.strides = [1, 2, 2]
 
     def forward_pass(self, x, input_data_format="channels_last"):
@@ -63,7 +79,7 @@ class ResNetCifar10(model_base.ResNet):
         x = tf.cast(x / 128.0 - 1.0, self.compute_dtype)  # as the original: inputs in [-1, 1)
         self.scaled_input = x
 
-        x = self._conv(x, 3, 16, 1, name="init_conv")
+        x = self._conv(x, 3, self.filters[0], 1, name="init_conv")
         if self.version == "v1":
             x = self._relu(self._batch_norm(x, name="init_bn"))
         for stage in range(3):

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 
+from estimator import cifar10_format as fmt
 from estimator import cluster as cluster_lib
 from estimator import devices, storage
 from estimator import hparams as hparams_lib
@@ -67,9 +68,10 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
     environ = os.environ if environ is None else environ
     cluster = cluster_lib.from_environment(environ)
     num_train = 0
+    train_subsets = tuple(dict.fromkeys(args.train_subsets))  # in order, once each
     if cluster.task_type != "ps":  # a parameter server reads no data
         # Before the first step: a bad evaluation file would otherwise fail after training.
-        num_train = verify_splits(args.data_dir)
+        num_train = verify_splits(args.data_dir, train_subsets)
     if gpus_visible is None:
         gpus_visible = devices.visible_gpus()
     hparams_lib.validate(args, cluster, gpus_visible)
@@ -85,7 +87,10 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
     values = {k: v for k, v in vars(args).items() if k in fields}
     values.update(
         job_dir=job_dir,
-        train_steps=train_steps_of(args, cluster.num_workers, num_train),
+        train_steps=None if args.time_budget else train_steps_of(args, cluster.num_workers, num_train),
+        train_subsets=train_subsets,
+        # Training on the validation split leaves nothing to validate on: train, then test.
+        eval_policy="final" if fmt.VALIDATION in train_subsets else args.eval_policy,
         lr_decay_steps=None if args.lr_decay_steps is None else tuple(args.lr_decay_steps),
         data_format=args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last"),
         cluster=cluster,
@@ -95,6 +100,11 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
     )
     hp = hparams_lib.HParams(**values)
     hparams_lib.check_schedule(hp)
+    if hp.precision == hparams_lib.AUTO:
+        from estimator import precision
+
+        chosen, probe = precision.choose(hp.replace(precision="fp32"))
+        hp = hp.replace(precision=chosen, precision_probe=probe)
     return hp
 
 

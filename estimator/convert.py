@@ -393,4 +393,12 @@ def main(argv=None) -> int:
     except ConversionError as e:
         print("error: %s" % e, file=sys.stderr)
         return 1
+    except OSError as e:
+        from estimator.resilience import storage_failure
+
+        failure = storage_failure(e)
+        if failure is None:
+            raise
+        print("error: %s" % failure, file=sys.stderr)  # a full or read-only data dir: one line
+        return 74
     return 0

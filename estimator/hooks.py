@@ -14,7 +14,7 @@ v1 = tf.compat.v1
 
 
 def _clock(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = max(0, int(round(seconds)))
     return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
 
 
@@ -24,11 +24,15 @@ class ProgressHook(v1.train.SessionRunHook):
     ``step 400/7800 (5%) | 512 img/s | loss 1.612 (xent 1.204, acc 0.55) | lr 0.1 | 0:01:42, ETA 0:31:10``
 
     Speed and ETA come from the last interval of this process (images of this
-    worker; the global step may move faster in a cluster).
+    worker; the global step may move faster in a cluster). Under ``--time-budget``
+    the total is the planner's current plan and the line ends with the budget left.
     """
 
-    def __init__(self, total_steps: int, examples_per_step: int, every_n_steps: int = 100):
-        self._total = total_steps
+    def __init__(self, total_steps, examples_per_step: int, every_n_steps: int = 100, budget_left=None):
+        """``total_steps``: a number, or a function returning the current plan; ``budget_left``:
+        a function returning the seconds of budget left, or None."""
+        self._total_of = total_steps if callable(total_steps) else (lambda: total_steps)
+        self._budget_left = budget_left
         self._examples = examples_per_step
         self._every = every_n_steps
         self._start = time.perf_counter()
@@ -59,7 +63,7 @@ class ProgressHook(v1.train.SessionRunHook):
             self._last = (now, step)
             self._line(r, step, now, None)
             return
-        if step - self._last[1] < self._every and step < self._total:
+        if step - self._last[1] < self._every and step < self._total_of():
             return
         then, before = self._last
         rate = (step - before) / (now - then) if now > then else None
@@ -68,14 +72,16 @@ class ProgressHook(v1.train.SessionRunHook):
 
     def _line(self, r, step, now, steps_per_sec):
         speed = eta = "-"
+        total = self._total_of()
         if steps_per_sec:
             speed = "%.0f img/s" % (steps_per_sec * self._examples)
-            eta = _clock(max(0, self._total - step) / steps_per_sec)
+            eta = _clock(max(0, total - step) / steps_per_sec)
+        budget = " | budget left %s" % _clock(self._budget_left()) if self._budget_left else ""
         logs.info(
-            "step %d/%d (%d%%) | %s | loss %.4f (xent %.4f, acc %.2f) | lr %.4g | %s, ETA %s",
+            "step %d/%d (%d%%) | %s | loss %.4f (xent %.4f, acc %.2f) | lr %.4g | %s, ETA %s%s",
             step,
-            self._total,
-            100 * step // max(1, self._total),
+            total,
+            100 * step // max(1, total),
             speed,
             float(r["loss"]),
             float(r["xent"]),
@@ -83,6 +89,7 @@ class ProgressHook(v1.train.SessionRunHook):
             float(r["lr"]),
             _clock(now - self._start),
             eta,
+            budget,
         )
 
 

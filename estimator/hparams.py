@@ -12,22 +12,28 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import shlex
 from dataclasses import dataclass, field
 
-from estimator import cifar10_model, devices, schedules
+from estimator import cifar10_format as fmt
+from estimator import cifar10_model, devices, schedules, time_budget
 from estimator.cluster import Cluster
 from estimator.model_base import COMPUTE_DTYPES, DATA_FORMATS
 
 EVAL_POLICIES = ("periodic", "final")
+AUTO = "auto"  # --precision auto: chosen by estimator.precision
 HEALTH_ACTIONS = ("off", "warn", "stop")
+
+
+NONNEGATIVE = "nonnegative"  # a threshold's lower bound: 0 allowed
 
 
 def _threshold(default, low=None, high=None, help=None):
     """A health-rule threshold: its default, range and help, declared once.
 
-    ``low``/``high`` are exclusive bounds (None: unbounded); the parser and
-    ``validate`` both read them from the field's metadata.
+    ``low``/``high`` are exclusive bounds (None: unbounded; ``NONNEGATIVE``: 0
+    or more); the parser and ``validate`` both read them from the field's metadata.
     """
     return field(default=default, metadata={"health_threshold": True, "range": (low, high), "help": help})
 
@@ -45,6 +51,8 @@ class HParams:
     resnet_version: str = "v1"
     train_steps: int = 80000
     train_epochs: float = None
+    # Seconds the whole command may take (estimator.time_budget plans the steps); None: off.
+    time_budget: float = None
     train_batch_size: int = 128
     eval_batch_size: int = 100
     momentum: float = 0.9
@@ -57,12 +65,25 @@ class HParams:
     nesterov: bool = False
     label_smoothing: float = 0.0
     precision: str = "fp32"
+    # --precision auto: images/s of each precision the probe timed ({} where the CPU ruled bf16 out).
+    precision_probe: dict = None
+    # Filters of every layer times this (16, 32, 64 for 1): wider layers may use the CPU's
+    # matrix units better per FLOP.
+    width_multiplier: float = 1.0
+    # Goyal et al. 2017: the last batch norm of each residual unit starts at gamma 0.
+    zero_init_residual: bool = False
+    # Weights averaged over training, used to evaluate and export (0: off).
+    ema_decay: float = 0.0
+    # What training reads: the training split, or (a final model) training and validation splits.
+    train_subsets: tuple = ("train",)
     eval_policy: str = "periodic"
     # Flip TTA costs a second forward pass: the final test evaluation pays it with
     # --eval-flip-tta; the validation evaluations during training only with
     # --validation-flip-tta (so hparams.json says which evaluations had it).
     eval_flip_tta: bool = False
     validation_flip_tta: bool = False
+    # The final test evaluation also with flips and 1-pixel translations (accuracy_tta).
+    eval_tta: bool = False
     export: bool = True
     use_distortion_for_training: bool = True
     sync: bool = False
@@ -89,7 +110,7 @@ class HParams:
         0.25, 0, help="Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019)."
     )
     health_vanishing_gradient: float = _threshold(
-        1e-7, help="A layer whose mean |gradient| of the data loss is below this has vanishing gradients."
+        1e-7, NONNEGATIVE, help="A layer whose mean |gradient| of the data loss is below this has vanishing gradients."
     )
     health_exploding_factor: float = _threshold(
         10.0, 0, help="The global gradient norm above this multiple of its running median is exploding."
@@ -105,15 +126,17 @@ class HParams:
         5, 0, help="Checks (batches) over which a channel must never be active to count as dead."
     )
     health_input_mean_max: float = _threshold(
-        0.5, help="Largest |mean| of the input after the network's scaling x / 128 - 1."
+        0.5, 0, help="Largest |mean| of the input after the network's scaling x / 128 - 1."
     )
-    health_input_std_min: float = _threshold(0.1)
+    health_input_std_min: float = _threshold(0.1, NONNEGATIVE)
     health_input_std_max: float = _threshold(1.0, 0)
     health_loss_window: int = _threshold(
         200, 0, help="Steps averaged to smooth the training loss for the not-decreasing rule."
     )
     health_loss_min_decrease: float = _threshold(
         0.01,
+        NONNEGATIVE,
+        1,
         help="Relative decrease of the smoothed loss (last window against the first) below "
         "which the loss is not decreasing.",
     )
@@ -145,8 +168,9 @@ class HParams:
         values = {k: v for k, v in values.items() if k in known}
         if isinstance(values.get("cluster"), dict):
             values["cluster"] = Cluster(**values["cluster"])
-        if values.get("lr_decay_steps") is not None:
-            values["lr_decay_steps"] = tuple(values["lr_decay_steps"])
+        for name in ("lr_decay_steps", "train_subsets"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         return cls(**values)
 
     @property
@@ -171,13 +195,19 @@ class HParams:
             self.lr_decay_steps,
             self.num_train_examples,
             self.global_batch_size,
+            by_progress=self.time_budget is not None,
         )
 
     @property
     def validation_hparams(self) -> HParams:
         """What the Estimator that trains and runs the validation evaluations gets: the same
         hyperparameters with flip TTA as ``validation_flip_tta`` says."""
-        return self.replace(eval_flip_tta=self.validation_flip_tta)
+        return self.replace(eval_flip_tta=self.validation_flip_tta, eval_tta=False)
+
+    @property
+    def validates(self) -> bool:
+        """False when the validation split is training data (``--train-subsets train validation``)."""
+        return fmt.VALIDATION not in self.train_subsets
 
 
 def health_thresholds():
@@ -224,7 +254,24 @@ def _int(text: str) -> int:
     return int(value)
 
 
-_int.__name__ = "int"  # argparse names the type in its messages: "invalid int value"
+_int.__name__ = "int"
+
+
+def _float(text: str) -> float:
+    """A float flag that refuses NaN and infinities (a NaN rate would stop training at step 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number" % text) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError("%r is not a finite number" % text)
+    return value
+
+
+_float.__name__ = "float"
+
+
+# argparse names the type in its messages: "invalid int value"
 
 
 class _BoolFlag(argparse.Action):
@@ -305,17 +352,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--train-epochs",
-        type=float,
+        type=_float,
         default=None,
         help="Train for this many passes over the training set instead of --train-steps "
         "(rounded up to whole global steps).",
     )
     flag("--train-batch-size", "Images per step on each worker, split over its towers.", type=_int)
     flag("--eval-batch-size", "Images per evaluation step, split over the towers.", type=_int)
-    flag("--momentum", type=float)
-    flag("--weight-decay", type=float)
+    flag("--momentum", type=_float)
+    flag("--weight-decay", type=_float)
     flag(
-        "--learning-rate", "Peak rate (per %d images with --lr-scaling linear)." % schedules.REFERENCE_BATCH, type=float
+        "--learning-rate",
+        "Peak rate (per %d images with --lr-scaling linear)." % schedules.REFERENCE_BATCH,
+        type=_float,
     )
     flag(
         "--lr-schedule",
@@ -334,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--warmup-epochs",
-        type=float,
+        type=_float,
         default=None,
         help="Linear warm-up to the peak rate over these epochs (default 0; onecycle: the first 20%% of training).",
     )
@@ -347,13 +396,45 @@ def build_parser() -> argparse.ArgumentParser:
     flag(
         "--label-smoothing",
         "Training targets (1 - e) one-hot + e/10 (Szegedy et al. 2016); evaluation reports the plain cross-entropy.",
-        type=float,
+        type=_float,
     )
     flag(
         "--precision",
         "Compute dtype of the network: fp32; bf16 (CPUs with AVX512-BF16/AMX, recent GPUs); "
-        "fp16 with dynamic loss scaling (GPUs). Variables and checkpoints stay float32.",
-        choices=list(COMPUTE_DTYPES),
+        "fp16 with dynamic loss scaling (GPUs); auto: the faster of fp32 and bf16 on this CPU, by a timed "
+        "probe of the network (cached; never bf16 without native support). Variables and checkpoints stay float32.",
+        choices=list(COMPUTE_DTYPES) + [AUTO],
+    )
+    p.add_argument(
+        "--time-budget",
+        type=time_budget.duration_flag,
+        default=None,
+        metavar="DURATION",
+        help="Train for what fits in this much time (90s, 5m, 1h30m or seconds): the whole command, final "
+        "evaluations and exports included, ends within it. Plans the steps from measured speed and re-plans as it "
+        "drifts; the schedule (cosine or onecycle) reaches 0 at the end of the budget. Instead of --train-steps.",
+    )
+    flag(
+        "--width-multiplier", "Filters of every layer times this (16, 32, 64 at 1; 8 x it a whole number).", type=_float
+    )
+    flag(
+        "--zero-init-residual",
+        "Start the last batch norm of each v1 residual unit at 0 (Goyal et al. 2017).",
+        action=_BoolFlag,
+    )
+    flag(
+        "--ema-decay",
+        "Evaluate and export an exponential moving average of the weights with this decay "
+        "(e.g. 0.999; 0 off). Its early updates use min(decay, (1+step)/(10+step)).",
+        type=_float,
+    )
+    flag(
+        "--train-subsets",
+        "What training reads. 'train validation' trains a final model on 50,000 images (He et al.): then "
+        "there is no validation evaluation, tuning report or best-by-validation export.",
+        nargs="+",
+        choices=[fmt.TRAIN, fmt.VALIDATION],
+        metavar="SUBSET",
     )
     flag(
         "--eval-policy",
@@ -365,6 +446,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--eval-flip-tta",
         "Also report the final test accuracy with flip test-time augmentation "
         "(mean of the image's and its mirror's probabilities), as accuracy_flip_tta.",
+        action=_BoolFlag,
+    )
+    flag(
+        "--eval-tta",
+        "Also report the final test accuracy with flips and 1-pixel translations (6 views, airbench's "
+        "weights), as accuracy_tta.",
         action=_BoolFlag,
     )
     flag(
@@ -392,8 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Layout inside the model; default channels_first on GPUs, channels_last on CPUs.",
     )
     p.add_argument("--log-device-placement", action="store_true")
-    flag("--batch-norm-decay", type=float)
-    flag("--batch-norm-epsilon", type=float)
+    flag("--batch-norm-decay", type=_float)
+    flag("--batch-norm-epsilon", type=_float)
     p.add_argument("--seed", type=_int, default=None, help="Fixes initialisation, shuffling and distortion.")
     p.add_argument(
         "--deterministic", action="store_true", help="Deterministic ops (with --seed: identical runs on the CPU)."
@@ -434,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for f in health_thresholds():
         h.add_argument(
-            flag_name(f.name), type=_int if f.type == "int" else float, default=f.default, help=f.metadata["help"]
+            flag_name(f.name), type=_int if f.type == "int" else _float, default=f.default, help=f.metadata["help"]
         )
     return p
 
@@ -448,6 +535,10 @@ def flag_names() -> set:
 def _check_threshold(f, value) -> None:
     low, high = f.metadata["range"]
     name = flag_name(f.name)
+    if low == NONNEGATIVE:
+        if not 0 <= value < (math.inf if high is None else high):
+            raise ValueError("%s %s must be %s." % (name, value, "in [0, %g)" % high if high else "0 or more"))
+        return
     if low is not None and high is not None and not low < value < high:
         raise ValueError("%s %s must be in (%g, %g)." % (name, value, low, high))
     if low == 0 and high is None and not value > 0:
@@ -535,6 +626,7 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
                 "--%s %d is not divisible by the %d towers: use a multiple of %d, e.g. %d."
                 % (name.replace("_", "-"), value, towers, towers, (value // towers + 1) * towers)
             )
+    _validate_short_run_flags(args, cluster)
     if args.deterministic and args.seed is None:
         raise ValueError("--deterministic needs --seed N, so that runs can repeat.")
     if args.sync and not cluster.distributed:
@@ -544,9 +636,54 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
         )
 
 
+def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> None:
+    """--time-budget, --precision auto, the width, weight averages, TTA and the training subsets."""
+    if args.time_budget is not None:
+        given = [f for f, v in (("--train-steps", args.train_steps), ("--train-epochs", args.train_epochs)) if v]
+        if given:
+            raise ValueError(
+                "--time-budget %gs plans the number of steps itself: drop %s." % (args.time_budget, " and ".join(given))
+            )
+        if args.lr_schedule not in schedules.BUDGET_SCHEDULES:
+            raise ValueError(
+                "--time-budget needs a schedule that decays to 0 at the end of the budget: --lr-schedule cosine "
+                "or onecycle (not %s)." % args.lr_schedule
+            )
+        if args.warmup_epochs is not None:
+            raise ValueError(
+                "--time-budget sets the warm-up as a fraction of the plan (onecycle: its first 20%%): drop "
+                "--warmup-epochs %s." % args.warmup_epochs
+            )
+        if cluster.distributed:
+            raise ValueError(
+                "--time-budget plans the steps of one process; this is a %s of a TF_CONFIG cluster, whose workers "
+                "the chief cannot time: give the cluster --train-steps instead." % cluster.task_type
+            )
+    if args.precision == AUTO and args.num_gpus > 0:
+        raise ValueError(
+            "--precision auto times fp32 against bf16 on the CPU; with --num-gpus %d choose fp32, bf16 or fp16."
+            % args.num_gpus
+        )
+    cifar10_model.check_width(args.width_multiplier)
+    if args.zero_init_residual and args.resnet_version != "v1":
+        raise ValueError(
+            "--zero-init-residual zeroes the last batch norm of v1 residual units; %s units end with a convolution: "
+            "drop it or use --resnet-version v1." % args.resnet_version
+        )
+    if not 0 <= args.ema_decay < 1:
+        raise ValueError("--ema-decay %s must be in [0, 1), e.g. 0.999 (0 turns the average off)." % args.ema_decay)
+    if fmt.TRAIN not in args.train_subsets:
+        raise ValueError(
+            "--train-subsets %s must include train (e.g. 'train validation' for a final model)."
+            % " ".join(args.train_subsets)
+        )
+
+
 def check_schedule(hp: HParams) -> None:
     """Raises ValueError when the warm-up leaves no steps for the schedule itself."""
     warmup = hp.schedule.warmup
+    if hp.schedule.by_progress:
+        return
     if hp.lr_schedule != "piecewise" and warmup >= hp.train_steps:
         raise ValueError(
             "--warmup-epochs %s is %d steps, as long as the whole run (%d steps): the %s schedule "

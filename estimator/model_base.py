@@ -55,6 +55,7 @@ class ResNet(object):
         # after the network's own scaling, and every ReLU's output.
         self.scaled_input = None
         self.relu_outputs = []
+        self.zero_init_residual = False
 
     def forward_pass(self, x, input_data_format="channels_last"):
         raise NotImplementedError("forward_pass() is implemented in ResNet subclasses")
@@ -99,10 +100,12 @@ class ResNet(object):
         kernel = tf.cast(kernel, x.dtype)
         return tf.nn.conv2d(x, kernel, self._strides(strides), padding, data_format="NCHW" if self._nchw else "NHWC")
 
-    def _batch_norm(self, x, name: str = "bn"):
+    def _batch_norm(self, x, name: str = "bn", zero_gamma: bool = False):
+        """Batch norm; ``zero_gamma`` starts its scale at 0 (the branch starts as nothing)."""
         channels = int(x.shape[self._channel_axis])
         with v1.variable_scope(name):
-            gamma = v1.get_variable("gamma", [channels], initializer=v1.ones_initializer())
+            scale_init = v1.zeros_initializer() if zero_gamma else v1.ones_initializer()
+            gamma = v1.get_variable("gamma", [channels], initializer=scale_init)
             beta = v1.get_variable("beta", [channels], initializer=v1.zeros_initializer())
             stat_collections = [v1.GraphKeys.GLOBAL_VARIABLES, v1.GraphKeys.MOVING_AVERAGE_VARIABLES]
             moving_mean, moving_variance = (
@@ -181,7 +184,8 @@ class ResNet(object):
             x = self._conv(x, kernel_size, out_filter, stride, name="conv1")
             x = self._relu(self._batch_norm(x, name="bn1"))
             x = self._conv(x, kernel_size, out_filter, 1, name="conv2")
-            x = self._batch_norm(x, name="bn2")
+            # Goyal et al. 2017: a zero last scale makes each unit start as its shortcut.
+            x = self._batch_norm(x, name="bn2", zero_gamma=self.zero_init_residual)
             if in_filter != out_filter:
                 shortcut = self._pad_channels(self._avg_pool(shortcut, stride, stride), in_filter, out_filter)
             return self._relu(x + shortcut)

@@ -22,7 +22,7 @@ import itertools
 import tensorflow as tf
 
 from estimator import cifar10_format as fmt
-from estimator import devices, eval_metrics
+from estimator import devices, eval_metrics, time_budget
 from estimator import hooks as hooks_lib
 from estimator import hparams as hparams_lib
 from estimator.cifar10_model import ResNetCifar10
@@ -162,6 +162,8 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, 
                 data_format=hp.data_format,
                 version=hp.resnet_version,
                 precision=hp.precision,
+                width_multiplier=hp.width_multiplier,
+                zero_init_residual=hp.zero_init_residual,
             )
             outputs.append(
                 tower_fn(
@@ -213,7 +215,8 @@ def _training_spec(hp, features, labels, mode, config):
     """Towers, the schedule, the optimizer step and training summaries."""
     global_step = v1.train.get_or_create_global_step()
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
-        learning_rate = tf.identity(hp.schedule.learning_rate(global_step), name=_op_name(LEARNING_RATE))
+        progress = time_budget.progress_tensor(global_step) if hp.schedule.by_progress else None
+        learning_rate = tf.identity(hp.schedule.learning_rate(global_step, progress), name=_op_name(LEARNING_RATE))
         base = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum, use_nesterov=hp.nesterov)
         scaled = loss_scale_optimizer(base, hp.precision)
     outputs, update_ops, first_model = build_towers(
@@ -252,6 +255,8 @@ def _training_spec(hp, features, labels, mode, config):
             )
         minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
         train_op = tf.group(minimize, *update_ops)
+        if hp.ema_decay:
+            train_op = _apply_weight_averages(hp, train_op, global_step)
 
         # v1 summary tags are op-name scopes; a scope of their own keeps them
         # from colliding with the named tensors above ("learning_rate_1").
@@ -303,6 +308,55 @@ def _count_skipped_steps(train_op, gradvars, optimizer):
     return tf.group(train_op, count)
 
 
+def averaged_variables():
+    """What the weight average covers: the trainable variables and the batch-norm moving statistics
+    (the statistics belong to the weights that produced them; airbench averages both)."""
+    return v1.trainable_variables() + v1.moving_average_variables()
+
+
+def _weight_average(hp):
+    # num_updates: early on the decay is min(decay, (1 + step) / (10 + step)), so a short
+    # run's average is not stuck near the initial weights.
+    return v1.train.ExponentialMovingAverage(hp.ema_decay, num_updates=v1.train.get_global_step())
+
+
+def _apply_weight_averages(hp, train_op, global_step):
+    """After each update, moves the averages (checkpointed as ``<variable>/ExponentialMovingAverage``)."""
+    with tf.control_dependencies([train_op]):
+        return _weight_average(hp).apply(averaged_variables())
+
+
+def restore_map(hp, variables=None):
+    """Checkpoint name -> variable of an evaluation or serving graph: with ``--ema-decay`` the
+    averaged weights are restored into the network's variables, so evaluations and exports use them."""
+    variables = v1.global_variables() if variables is None else variables
+    averaged = {v.op.name for v in averaged_variables()}
+    names = {}
+    for var in variables:
+        name = var.op.name
+        if hp.ema_decay and name in averaged:
+            name = name + "/ExponentialMovingAverage"
+        names[name] = var
+    return names
+
+
+def _tta_probabilities(hp, images, labels, logits):
+    """Mean probabilities over flips and 1-pixel translations (airbench's test-time augmentation):
+    the image and its mirror, each as it is (weight 1/4) and shifted one pixel up-left and down-right
+    with zero padding as in training (1/8 each)."""
+    padded = tf.pad(images, [[0, 0], [1, 1], [1, 1], [0, 0]])
+    height, width = fmt.HEIGHT, fmt.WIDTH
+    shifted = [padded[:, :height, :width, :], padded[:, 2:, 2:, :]]
+    views = [(tf.reverse(images, axis=[2]), 0.25)]
+    for view in shifted:
+        views += [(view, 0.125), (tf.reverse(view, axis=[2]), 0.125)]
+    total = 0.25 * tf.nn.softmax(logits)
+    for view, weight in views:
+        towers, _, _ = build_towers(hp, view, labels, tf.estimator.ModeKeys.EVAL, reuse=True)
+        total += weight * tf.nn.softmax(tf.concat([o.logits for o in towers], axis=0))
+    return total
+
+
 def _flip_tta_accuracy(hp, images, labels, logits, weights):
     """Accuracy of the mean of the probabilities of each image and its mirror image.
 
@@ -317,6 +371,13 @@ def _flip_tta_accuracy(hp, images, labels, logits, weights):
     )
 
 
+def _scaffold(hp):
+    """Evaluation and prediction restore the averaged weights with ``--ema-decay``."""
+    if not hp.ema_decay:
+        return None
+    return v1.train.Scaffold(saver=v1.train.Saver(restore_map(hp), sharded=True))
+
+
 def model_fn(features, labels, mode, params, config=None):
     """The Estimator model function; ``params`` is an ``HParams``."""
     hp = params
@@ -327,7 +388,7 @@ def model_fn(features, labels, mode, params, config=None):
         logits = tf.concat([o.logits for o in outputs], axis=0)
         predictions = predictions_of(logits)
         if mode == tf.estimator.ModeKeys.PREDICT:
-            return tf.estimator.EstimatorSpec(mode, predictions=predictions)
+            return tf.estimator.EstimatorSpec(mode, predictions=predictions, scaffold=_scaffold(hp))
 
         loss = tf.reduce_mean([o.loss for o in outputs], name=_op_name(TOTAL_LOSS))
         weights = example_weights(labels)
@@ -340,4 +401,9 @@ def model_fn(features, labels, mode, params, config=None):
         metrics.update(eval_metrics.class_metrics(features, labels, predictions, weights))
         if hp.eval_flip_tta:
             metrics["accuracy_flip_tta"] = _flip_tta_accuracy(hp, features, labels, logits, weights)
-        return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, eval_metric_ops=metrics)
+        if hp.eval_tta:
+            classes = tf.argmax(_tta_probabilities(hp, features, labels, logits), axis=1, output_type=tf.int32)
+            metrics["accuracy_tta"] = v1.metrics.accuracy(tf.maximum(labels, 0), classes, weights=weights)
+        return tf.estimator.EstimatorSpec(
+            mode, loss=loss, predictions=predictions, eval_metric_ops=metrics, scaffold=_scaffold(hp)
+        )

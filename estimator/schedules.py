@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 SCHEDULES = ("piecewise", "cosine", "onecycle")
 SCALINGS = ("none", "linear")
+# The schedules a time budget can plan: they decay to 0 at the end of the plan.
+BUDGET_SCHEDULES = ("cosine", "onecycle")
 
 # He et al. 2016 divide the rate by 10 at 32k and 48k iterations of batch 128
 # on 45k images; the original tutorial expressed that in epochs (82, 123) and
@@ -130,6 +132,31 @@ def learning_rate(
     return tf.cast(rate, tf.float32)
 
 
+def learning_rate_at_progress(progress, schedule: str, peak: float, warmup_fraction: float = 0.0):
+    """The rate at ``progress`` (the fraction of a time-budget plan done, a float64 tensor in 0..1).
+
+    ``estimator.time_budget`` re-plans the number of steps as speed drifts, so a
+    budgeted run's schedule is a function of the progress: it stays continuous
+    across re-plans and reaches 0 at the end of the budget. Warm-up rises
+    linearly over the first ``warmup_fraction`` of the plan.
+    """
+    import tensorflow as tf
+
+    if schedule not in BUDGET_SCHEDULES:
+        raise ValueError(
+            "a time budget needs a schedule that decays to 0 at its end (cosine or onecycle), not %r." % schedule
+        )
+    p = tf.cast(progress, tf.float64)
+    decay = tf.clip_by_value((p - warmup_fraction) / max(1e-12, 1.0 - warmup_fraction), 0.0, 1.0)
+    if schedule == "cosine":
+        rate = peak * 0.5 * (1.0 + tf.cos(math.pi * decay))
+    else:
+        rate = peak * (1.0 - decay)
+    if warmup_fraction > 0:
+        rate = tf.where(p < warmup_fraction, peak * p / warmup_fraction, rate)
+    return tf.cast(rate, tf.float32)
+
+
 @dataclass(frozen=True)
 class Schedule:
     """A run's learning-rate schedule, resolved to global steps (saved in hparams.json).
@@ -144,6 +171,10 @@ class Schedule:
     warmup: int = 0
     boundaries: tuple = ()
     factors: tuple = ()
+    # A time budget's: the rate is a function of the fraction of the plan done, and the
+    # warm-up a fraction of the plan (total_steps, unknown in advance, is 0).
+    by_progress: bool = False
+    warmup_fraction: float = 0.0
 
     @classmethod
     def resolve(
@@ -156,8 +187,13 @@ class Schedule:
         decay_steps,
         num_train_examples: int,
         global_batch: int,
+        by_progress: bool = False,
     ) -> Schedule:
         """From the flags: ``--lr-decay-steps`` (x0.1 each) or the tutorial's epochs for piecewise."""
+        peak = peak_learning_rate(learning_rate, global_batch, scaling)
+        if by_progress:
+            fraction = ONECYCLE_WARMUP_FRACTION if name == "onecycle" else 0.0
+            return cls(name, peak, 0, 0, by_progress=True, warmup_fraction=fraction)
         boundaries, factors = (), ()
         if name == "piecewise" and decay_steps:
             boundaries, factors = tuple(decay_steps), tuple(step_decay_factors(len(decay_steps)))
@@ -166,7 +202,7 @@ class Schedule:
             factors = DECAY_FACTORS[1:]
         return cls(
             name,
-            peak_learning_rate(learning_rate, global_batch, scaling),
+            peak,
             total_steps,
             warmup_steps(name, warmup_epochs, total_steps, num_train_examples, global_batch),
             boundaries,
@@ -178,6 +214,9 @@ class Schedule:
         """The piecewise rates: the peak, then one after each boundary (empty for the others)."""
         return [self.peak] + [self.peak * f for f in self.factors] if self.boundaries else []
 
-    def learning_rate(self, step):
-        """The rate at ``step`` (an integer tensor), a float32 tensor (``learning_rate``)."""
+    def learning_rate(self, step, progress=None):
+        """The rate at ``step`` (an integer tensor), a float32 tensor (``learning_rate``); a
+        budgeted schedule's at ``progress`` (``time_budget.progress_tensor``)."""
+        if self.by_progress:
+            return learning_rate_at_progress(progress, self.name, self.peak, self.warmup_fraction)
         return learning_rate(step, self.name, self.peak, self.total_steps, self.warmup, self.boundaries, self.factors)

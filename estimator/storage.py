@@ -69,6 +69,11 @@ def _blob(path: str):
     return _client().bucket(bucket).blob(name)
 
 
+def blob(path: str):
+    """The ``google-cloud-storage`` blob of a ``gs://`` path (for generation preconditions)."""
+    return _blob(path)
+
+
 def exists(path: str) -> bool:
     if is_gcs(path):
         return _blob(path).exists()

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+import estimator
 from estimator import cifar10_format as fmt
 from estimator import cluster as cluster_lib
-from estimator import config, health, hooks, logs, storage, summaries
+from estimator import config, health, hooks, logs, storage, summaries, time_budget
 from estimator import hparams as hparams_lib
 from estimator.cifar10 import Cifar10DataSet
 from estimator.health import nonfinite
@@ -37,7 +38,8 @@ def input_fn(hp: hparams_lib.HParams, subset: str, seed=None):
     def fn():
         with tf.device("/cpu:0"):
             distort = training and hp.use_distortion_for_training
-            data = Cifar10DataSet(hp.data_dir, subset, use_distortion=distort, seed=seed)
+            also = [s for s in hp.train_subsets if s != fmt.TRAIN] if training else ()
+            data = Cifar10DataSet(hp.data_dir, subset, use_distortion=distort, seed=seed, also=also)
             return data.make_batch(batch_size)
 
     return fn
@@ -87,7 +89,7 @@ def _is_evaluator(hp: hparams_lib.HParams) -> bool:
     return hp.cluster.task_type == "evaluator"
 
 
-def _writes_job_records(hp: hparams_lib.HParams) -> bool:
+def writes_job_records(hp: hparams_lib.HParams) -> bool:
     """The chief (not an evaluator) writes hparams.json, results.json, the final export."""
     return hp.cluster.is_chief and not _is_evaluator(hp)
 
@@ -100,14 +102,65 @@ class Hooks:
     after_eval: list
     speed: hooks.ExamplesPerSecondHook
     reporter: hooks.EvalReporter
+    planner: time_budget.Planner = None
+    evaluation: list = None  # hooks of the evaluations during training
 
 
-def build_hooks(hp: hparams_lib.HParams) -> Hooks:
+def evaluation_images(hp: hparams_lib.HParams) -> int:
+    """Images the evaluations after training see, each TTA view counted (what the budget reserves for)."""
+    data = Cifar10DataSet(hp.data_dir, fmt.TEST)
+    test_views = 1 + int(hp.eval_flip_tta) + 5 * int(hp.eval_tta)
+    total = test_views * data.num_examples_per_epoch(fmt.TEST)
+    if hp.validates:
+        total += (1 + int(hp.validation_flip_tta)) * data.num_examples_per_epoch(fmt.VALIDATION)
+    return total
+
+
+def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
+    """The time-budget planner, continuing what earlier runs of the job used (JOB_DIR/budget.json)."""
+    path = storage.join(hp.job_dir, time_budget.BUDGET_FILE)
+    if storage.exists(path):
+        state = time_budget.BudgetState.from_json(storage.read_text(path))
+        state.budget_secs = hp.time_budget
+        logs.info(
+            "time budget: %s of %s used by earlier runs of this job; continuing at progress %.3f",
+            time_budget.format_duration(state.used_secs),
+            time_budget.format_duration(hp.time_budget),
+            state.progress,
+        )
+    else:
+        state = time_budget.BudgetState(hp.time_budget)
+    probe = hp.precision_probe or {}
+    guess = probe.get(hp.precision) or time_budget.GUESS_IMAGES_PER_SEC
+    return time_budget.Planner(
+        hp.time_budget,
+        estimator.STARTED,
+        state,
+        hp.global_batch_size,
+        evaluation_images(hp),
+        guess_images_per_sec=guess,
+    )
+
+
+def build_hooks(hp: hparams_lib.HParams, stop=None) -> Hooks:
     cluster = hp.cluster
     speed = hooks.ExamplesPerSecondHook(hp.train_batch_size)
-    progress = hooks.ProgressHook(hp.train_steps, hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
+    planner = make_planner(hp) if hp.time_budget else None
+    if planner:
+        progress = hooks.ProgressHook(
+            lambda: planner.plan.total_steps if planner.plan else 0,
+            hp.train_batch_size,
+            every_n_steps=hp.log_every_n_steps,
+            budget_left=lambda: planner.remaining_secs(planner.clock()),
+        )
+    else:
+        progress = hooks.ProgressHook(hp.train_steps, hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
     # First in the list: it must see a NaN before the Estimator's own NanTensorHook does.
     train_hooks = [nonfinite.NonFiniteHook(hp.job_dir), speed, progress]
+    if planner:
+        train_hooks.append(time_budget.hook(planner, hp.job_dir, logs.info))
+    if stop is not None:
+        train_hooks.append(stop.hook())
     # Vertex AI's TensorBoard reads its own directory (config: AIP_TENSORBOARD_LOG_DIR);
     # the Estimator writes beside the checkpoints.
     mirror = hp.tensorboard_dir
@@ -121,9 +174,10 @@ def build_hooks(hp: hparams_lib.HParams) -> Hooks:
         eval_mirror = storage.join(mirror, "eval_" + fmt.VALIDATION)
     reporter = hooks.EvalReporter(fmt.VALIDATION, mirror_dir=eval_mirror, trial=cluster.trial)
     after_eval = [reporter, health.EvalHealth(monitor, fmt.VALIDATION)]
-    if hp.export:
+    if hp.export and hp.validates:
         after_eval.append(exporters.BestAccuracyExporter(hp))
-    return Hooks(train_hooks, after_eval, speed, reporter)
+    eval_hooks = [stop.eval_hook()] if stop is not None else []
+    return Hooks(train_hooks, after_eval, speed, reporter, planner, eval_hooks)
 
 
 def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator, job_hooks: Hooks) -> float:
@@ -132,10 +186,26 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
     train_seed = None if hp.seed is None else hp.seed + _training_rank(hp.cluster)
     train_input = input_fn(hp, fmt.TRAIN, seed=train_seed)
     start = time.perf_counter()
+    # Under --time-budget the planner's hook ends training (train_steps is None).
+    planner = job_hooks.planner
+    if planner and planner.exhausted() and estimator_.latest_checkpoint():
+        # A restart after the budget was spent: evaluate and export what the job has.
+        logs.info(
+            "time budget: nothing left to train (progress %.3f, %s left); evaluating step %s",
+            planner.state.progress,
+            time_budget.format_duration(planner.remaining_secs(planner.clock())),
+            planner.state.step,
+        )
+        train_hooks = None
+    else:
+        train_hooks = job_hooks.train
     if hp.eval_policy == "final" and not hp.cluster.distributed:
         # Short runs: no evaluation until training is done, then one on the validation split.
-        estimator_.train(train_input, max_steps=hp.train_steps, hooks=job_hooks.train)
+        if train_hooks is not None:
+            estimator_.train(train_input, max_steps=hp.train_steps, hooks=train_hooks)
         seconds = time.perf_counter() - start
+        if not hp.validates:
+            return seconds  # the validation split was training data
         validation = estimator_.evaluate(input_fn(hp, fmt.VALIDATION), name=fmt.VALIDATION)
         for exporter in job_hooks.after_eval:
             exporter.export(estimator_, None, estimator_.latest_checkpoint(), validation, True)
@@ -146,6 +216,7 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
         steps=None,
         name=fmt.VALIDATION,
         exporters=job_hooks.after_eval,
+        hooks=job_hooks.evaluation,
         start_delay_secs=0,
         throttle_secs=hp.eval_throttle_secs,
     )
@@ -158,11 +229,13 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
     if hp.export:
         exporters.export_final(hp, estimator_.latest_checkpoint())
     test_estimator = estimator_
-    if hp.eval_flip_tta != hp.validation_flip_tta:
+    if (hp.eval_flip_tta, hp.eval_tta) != (hp.validation_flip_tta, False):
         # The test evaluation's model_fn with the test split's TTA setting (hparams.json: derived).
         test_estimator = tf.estimator.Estimator(model_fn=model_fn, config=estimator_.config, params=hp)
     test = test_estimator.evaluate(input_fn(hp, fmt.TEST), name="test")
-    if job_hooks.reporter.results:
+    if not hp.validates:
+        validation = None
+    elif job_hooks.reporter.results:
         validation = job_hooks.reporter.results[-1]
     else:
         # A chief (unlike a master or a local run) leaves evaluation to the
@@ -177,14 +250,32 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
         "loss": float(test["loss"]),
         "cross_entropy": float(test["cross_entropy"]),
         "eval_examples": int(test["eval_examples"]),
-        "validation_accuracy": float(validation["accuracy"]),
-        "validation_loss": float(validation["loss"]),
-        "validation_examples": int(validation["eval_examples"]),
+        "validation_accuracy": None if validation is None else float(validation["accuracy"]),
+        "validation_loss": None if validation is None else float(validation["loss"]),
+        "validation_examples": 0 if validation is None else int(validation["eval_examples"]),
         "examples_per_sec": None if rate is None else round(rate, 1),
         "train_seconds": round(train_seconds, 2),
+        "train_subsets": list(hp.train_subsets),
+        "precision": hp.precision,
     }
-    if "accuracy_flip_tta" in test:
-        results["accuracy_flip_tta"] = float(test["accuracy_flip_tta"])
+    if validation is None:
+        results["validation_note"] = (
+            "the validation split was training data (--train-subsets %s): no validation evaluation, tuning "
+            "report or best-by-validation export" % " ".join(hp.train_subsets)
+        )
+    for key in ("accuracy_flip_tta", "accuracy_tta"):
+        if key in test:
+            results[key] = float(test[key])
+    planner = job_hooks.planner
+    if planner is not None:
+        results.update(
+            time_budget_secs=hp.time_budget,
+            planned_steps=planner.state.planned_steps,
+            replans=planner.state.replans,
+            budget_used_by_earlier_runs_secs=round(planner.earlier_secs, 2),
+            stopped_at_the_deadline=planner.stopped_early,
+        )
+    results["wall_secs"] = round(time.monotonic() - estimator.STARTED, 2)
     logs.info(
         "Final test evaluation at step %d: accuracy %.4f, loss %.4f on %d images",
         results["global_step"],
@@ -204,13 +295,26 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
     if hp.verbose:
         v1.logging.info("Resolved hyperparameters: %s", json.dumps(description, sort_keys=True))
     derived = description["derived"]
+    length = (
+        "%d steps" % hp.train_steps
+        if hp.train_steps
+        else "a time budget of %s" % (time_budget.format_duration(hp.time_budget))
+    )
+    width = "" if hp.width_multiplier == 1 else " x%g wide" % hp.width_multiplier
+    probe = ""
+    if hp.precision_probe:
+        probe = " (auto: %s img/s)" % ", ".join("%s %.0f" % kv for kv in sorted(hp.precision_probe.items()))
+    elif hp.precision_probe is not None:
+        probe = " (auto: this CPU lacks native bf16)"
     logs.info(
-        "ResNet-%d %s, %s, %d steps of %d images, %s schedule (peak learning rate %.4g), %d tower(s) on "
+        "ResNet-%d %s%s, %s%s, %s of %d images, %s schedule (peak learning rate %.4g), %d tower(s) on "
         "%s, %d images per tower per step; all hyperparameters in %s",
         hp.num_layers,
         hp.resnet_version,
+        width,
         hp.precision,
-        hp.train_steps,
+        probe,
+        length,
         derived["global_batch_size"],
         derived["learning_rate_schedule"],
         derived["peak_learning_rate"],
@@ -221,17 +325,23 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
     )
 
 
-def run(hp: hparams_lib.HParams):
-    """Trains and evaluates; returns the results dict on the chief, else None."""
+def run(hp: hparams_lib.HParams, stop=None):
+    """Trains and evaluates; returns the results dict on the chief, else None.
+
+    ``stop``: a ``resilience.SignalStop``; a signal during training ends it with a checkpoint at the
+    step reached and raises ``resilience.Interrupted`` before anything after training runs.
+    """
     description = config.describe(hp)
     _log_start(hp, description)
-    if _writes_job_records(hp):
+    if writes_job_records(hp):
         config.save(hp)
-    job_hooks = build_hooks(hp)
+    job_hooks = build_hooks(hp, stop)
     # Validation evaluations get flip TTA only with --validation-flip-tta (a second
     # forward pass each); the test evaluation as --eval-flip-tta says.
     estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=run_config(hp), params=hp.validation_hparams)
     train_seconds = train_by_policy(hp, estimator_, job_hooks)
-    if not _writes_job_records(hp):
+    if stop is not None:
+        stop.check()
+    if not writes_job_records(hp):
         return None
     return final_results(hp, estimator_, job_hooks, train_seconds)

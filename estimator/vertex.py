@@ -18,7 +18,7 @@ import sys
 
 import yaml
 
-from estimator import processes, vertex_job
+from estimator import processes, time_budget, vertex_job
 from estimator.tuning import spec as spec_lib
 from estimator.tuning import vertex_study
 
@@ -43,13 +43,32 @@ def main(argv=None) -> int:
         default=None,
         help="gs:// directory for the job's outputs (Vertex AI sets AIP_MODEL_DIR under it).",
     )
+    parser.add_argument(
+        "--spot",
+        action="store_true",
+        help="Run on Spot VMs (scheduling strategy SPOT): cheaper, and a VM may be taken back at any time; the "
+        "trainer saves a checkpoint on the SIGTERM that comes first and resumes when Vertex AI restarts it.",
+    )
+    parser.add_argument(
+        "--restart-job-on-worker-restart",
+        action="store_true",
+        help="Restart every worker of the job when one restarts (Scheduling.restartJobOnWorkerRestart).",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=time_budget.duration_flag,
+        default=None,
+        metavar="DURATION",
+        help="The longest the job may run, e.g. 8h or 2h30m (Vertex AI's default: 7 days).",
+    )
     args = parser.parse_args(own)
+    schedule = vertex_job.scheduling(args.spot, args.restart_job_on_worker_restart, args.timeout)
     try:
         training_input = spec_lib.load(args.config)
         if args.kind == "custom-job":
             training_input = {k: v for k, v in training_input.items() if k != "hyperparameters"}
             config = vertex_job.custom_job_spec(
-                training_input, args.package_uri, trainer_flags, args.base_output_dir, args.image_uri
+                training_input, args.package_uri, trainer_flags, args.base_output_dir, args.image_uri, schedule
             )
             command = "gcloud ai custom-jobs create --region %s --display-name %s --config %s" % (
                 args.region,
@@ -69,6 +88,7 @@ def main(argv=None) -> int:
                 args.display_name,
                 args.base_output_dir,
                 args.image_uri,
+                schedule,
             )
             command = "gcloud ai hp-tuning-jobs create --region %s --display-name %s --config %s" % (
                 args.region,

@@ -123,8 +123,33 @@ def worker_pools(training_input: dict):
     return pools
 
 
+def scheduling(spot: bool = False, restart_job_on_worker_restart: bool = False, timeout_secs: float = None):
+    """The ``Scheduling`` of a custom job, or None when every field keeps Vertex AI's default.
+
+    ``spot``: run on Spot VMs (strategy SPOT): cheaper, and Compute Engine may take a VM back at any
+    time. The trainer then gets SIGTERM, saves a checkpoint at the step it reached and exits 143;
+    Vertex AI restarts the worker, and the same command resumes from that checkpoint in the same
+    job dir (docs/cloud.md, "Spot VMs"). ``restart_job_on_worker_restart``: restart every worker
+    when one restarts (for clusters that do not tolerate a worker leaving). ``timeout_secs``: the
+    longest the job may run (Vertex AI's default is 7 days).
+    """
+    fields = {}
+    if spot:
+        fields["strategy"] = "SPOT"
+    if restart_job_on_worker_restart:
+        fields["restartJobOnWorkerRestart"] = True
+    if timeout_secs:
+        fields["timeout"] = "%ds" % int(round(timeout_secs))
+    return fields or None
+
+
 def custom_job_spec(
-    training_input: dict, package_uri: str, trainer_args, base_output_dir: str = None, image_uri: str = None
+    training_input: dict,
+    package_uri: str,
+    trainer_args,
+    base_output_dir: str = None,
+    image_uri: str = None,
+    schedule: dict = None,
 ) -> dict:
     """A ``CustomJobSpec`` for ``gcloud ai custom-jobs create --config``.
 
@@ -135,6 +160,7 @@ def custom_job_spec(
       base_output_dir: gs:// directory; Vertex AI sets AIP_MODEL_DIR (and per trial dirs) under it.
       image_uri: a container of your own with the package installed: then a containerSpec
         running ``python -m estimator.cifar10_main`` instead of the prebuilt image.
+      schedule: ``scheduling(...)``: Spot VMs, restarts, timeout.
     """
     pools = worker_pools(training_input)
     gpus = any(m.get("acceleratorCount") for _, _, m in pools)
@@ -169,4 +195,6 @@ def custom_job_spec(
     job = {"workerPoolSpecs": specs}
     if base_output_dir:
         job["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
+    if schedule:
+        job["scheduling"] = dict(schedule)
     return job

@@ -24,7 +24,7 @@ import uuid
 import tensorflow as tf
 
 from estimator import cifar10_format as fmt
-from estimator.model_fn import model_fn
+from estimator.model_fn import model_fn, restore_map
 
 v1 = tf.compat.v1
 
@@ -86,14 +86,14 @@ def build_serving_graph(hp):
 def check_checkpoint(checkpoint_path: str, variables, hp) -> None:
     """Raises CheckpointMismatchError if the checkpoint lacks a variable or has another shape."""
     stored = dict(tf.train.list_variables(checkpoint_path))
-    for var in variables:
-        name, shape = var.op.name, var.shape.as_list()
+    for name, var in restore_map(hp, variables).items():
+        shape = var.shape.as_list()
         if stored.get(name) != shape:
             found = "missing" if name not in stored else "shaped %s" % stored[name]
             raise CheckpointMismatchError(
                 "%s does not hold a ResNet-%d %s: its variable %s is %s (want %s). It was trained with other "
-                "--num-layers or --resnet-version: pass the job's own hparams (--job-dir of that job)."
-                % (checkpoint_path, hp.num_layers, hp.resnet_version, name, found, shape)
+                "--num-layers, --resnet-version, --width-multiplier or --ema-decay: pass the job's own hparams "
+                "(--job-dir of that job)." % (checkpoint_path, hp.num_layers, hp.resnet_version, name, found, shape)
             )
 
 
@@ -122,7 +122,8 @@ def export_saved_model(checkpoint_path: str, export_dir: str, hp) -> str:
             variables = v1.global_variables()
             check_checkpoint(checkpoint_path, variables, hp)
             with v1.Session() as sess:
-                v1.train.Saver(variables).restore(sess, checkpoint_path)
+                # With --ema-decay the averaged weights (model_fn.restore_map).
+                v1.train.Saver(restore_map(hp, variables)).restore(sess, checkpoint_path)
                 builder = v1.saved_model.Builder(temporary)
                 sigs = {
                     DEFAULT_SIGNATURE: v1.saved_model.predict_signature_def(

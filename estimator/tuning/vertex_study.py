@@ -35,8 +35,10 @@ def hyperparameter_tuning_job(
     display_name: str,
     base_output_dir: str = None,
     image_uri: str = None,
+    schedule: dict = None,
 ) -> dict:
-    """A ``HyperparameterTuningJob`` for ``gcloud ai hp-tuning-jobs create --config``."""
+    """A ``HyperparameterTuningJob`` for ``gcloud ai hp-tuning-jobs create --config``; each trial runs
+    the custom job of ``vertex_job.custom_job_spec`` (``schedule``: Spot VMs and the like, per trial)."""
     study = {
         "metrics": [{"metricId": study_spec.metric, "goal": study_spec.goal}],
         "parameters": [_parameter_spec(p) for p in study_spec.params],
@@ -50,5 +52,7 @@ def hyperparameter_tuning_job(
         "maxTrialCount": study_spec.max_trials,
         "parallelTrialCount": study_spec.max_parallel_trials,
         "maxFailedTrialCount": study_spec.max_failed_trials if study_spec.max_failed_trials_given else 0,
-        "trialJobSpec": custom_job_spec(training_input, package_uri, trainer_args, base_output_dir, image_uri),
+        "trialJobSpec": custom_job_spec(
+            training_input, package_uri, trainer_args, base_output_dir, image_uri, schedule
+        ),
     }

@@ -1,0 +1,152 @@
+"""``--precision auto``: the faster of fp32 and bf16 on this machine, by measurement.
+
+bf16 pays only where the CPU computes it natively (AVX512-BF16 or AMX): on
+an AVX2-only CPU TensorFlow emulates it and trains 16x slower than fp32
+(../shared/TF215-NOTES.md), while on a Xeon with AMX it trained ResNet-20 at
+1.45x fp32's speed here. So ``choose`` never picks bf16 where the CPU's flags
+lack native support (and then times nothing), and otherwise times a few
+training steps of the real network in each precision and takes the faster.
+The result is cached per CPU model, network and TensorFlow version in
+``~/.cache/cifar10-resnet-estimator/precision_probe.json`` (``$CIFAR10_CACHE_DIR``
+overrides the directory), so later runs decide at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+
+CANDIDATES = ("fp32", "bf16")
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+CACHE_FILE = "precision_probe.json"
+PROBE_WARMUP_STEPS = 3
+PROBE_STEPS = 8
+
+
+def cpu_info(path: str = "/proc/cpuinfo") -> dict:
+    """``{"model": ..., "flags": set(...)}`` of this machine's CPU (Linux; elsewhere what platform says)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open(path) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model in ("", platform.machine(), platform.processor()):
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return {"model": model, "flags": flags}
+
+
+def native_bf16(flags) -> bool:
+    return any(flag in flags for flag in NATIVE_BF16_FLAGS)
+
+
+def cache_path() -> str:
+    base = os.environ.get("CIFAR10_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "cifar10-resnet-estimator"
+    )
+    return os.path.join(base, CACHE_FILE)
+
+
+def cache_key(cpu_model: str, hp) -> str:
+    import tensorflow as tf
+
+    return "|".join(
+        str(v)
+        for v in (
+            cpu_model,
+            tf.__version__,
+            hp.num_layers,
+            hp.resnet_version,
+            hp.width_multiplier,
+            hp.train_batch_size // len(hp.towers),
+            hp.data_format,
+            hp.num_intra_threads,
+            hp.num_inter_threads,
+        )
+    )
+
+
+def _read_cache(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(path: str, cache: dict) -> None:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = "%s.tmp-%d" % (path, os.getpid())
+        with open(temporary, "w") as f:
+            json.dump(cache, f, indent=2, sort_keys=True)
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a cache we cannot write costs a probe next time, nothing more
+
+
+def time_training_steps(hp, precision: str, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP_STEPS) -> float:
+    """Training images/s of the real network (forward, backward, momentum update) in ``precision``,
+    on random images of one tower's batch, in a graph and session of its own."""
+    import numpy as np
+    import tensorflow as tf
+
+    from estimator.cifar10_model import ResNetCifar10
+
+    v1 = tf.compat.v1
+    batch = hp.train_batch_size // len(hp.towers)
+    with tf.Graph().as_default():
+        v1.set_random_seed(0)
+        images = tf.constant(np.random.RandomState(0).uniform(0, 255, (batch, 32, 32, 3)).astype(np.float32))
+        labels = tf.constant(np.arange(batch) % 10, tf.int32)
+        with v1.variable_scope("resnet"):
+            model = ResNetCifar10(
+                hp.num_layers,
+                True,
+                hp.batch_norm_decay,
+                hp.batch_norm_epsilon,
+                hp.data_format,
+                hp.resnet_version,
+                precision,
+                width_multiplier=hp.width_multiplier,
+            )
+            logits = model.forward_pass(images)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        step = v1.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
+        config = v1.ConfigProto(
+            intra_op_parallelism_threads=hp.num_intra_threads, inter_op_parallelism_threads=hp.num_inter_threads
+        )
+        with v1.Session(config=config) as sess:
+            sess.run(v1.global_variables_initializer())
+            for _ in range(warmup):
+                sess.run(step)
+            start = time.perf_counter()
+            for _ in range(steps):
+                sess.run(step)
+            return steps * batch / (time.perf_counter() - start)
+
+
+def choose(hp, cpu=None, timer=time_training_steps, cache_file=None):
+    """``(precision, probe)``: the faster of fp32 and bf16 for ``hp``'s network on this CPU.
+
+    ``probe`` maps each precision timed to its images/s; it is empty where the CPU's flags
+    ruled bf16 out (then fp32, and nothing is timed).
+    """
+    cpu = cpu or cpu_info()
+    if not native_bf16(cpu["flags"]):
+        return "fp32", {}
+    path = cache_file or cache_path()
+    cache = _read_cache(path)
+    key = cache_key(cpu["model"], hp)
+    probe = cache.get(key)
+    if not probe or set(probe) != set(CANDIDATES):
+        probe = {p: round(timer(hp, p), 1) for p in CANDIDATES}
+        cache[key] = probe
+        _write_cache(path, cache)
+    return max(CANDIDATES, key=lambda p: probe[p]), dict(probe)

@@ -1,0 +1,350 @@
+"""Jobs that survive: signals, a busy or foreign job dir, full and read-only disks, bad numbers, Spot VMs.
+
+Every test runs real trainers (``python -m estimator.cifar10_main``) and sends them real signals;
+full and read-only file systems are real mounts (tmpfs, a read-only bind mount).
+"""
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from benchmarks import faults
+from estimator import processes
+from estimator.resilience import jobdir
+from tests.helpers import AIPLATFORM_SCHEMAS, MINI_SHA256, REPO, check, run_joined, run_main
+
+SMALL = "--num-gpus 0 --num-layers 8 --train-batch-size 32 --eval-batch-size 339 --seed 3 --health-checks off".split()
+
+
+def snapshot(directory):
+    """path -> sha256 of every file under ``directory``: what "left exactly as it was" compares."""
+    out = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, directory)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--learning-rate", "nan"], "argument --learning-rate: 'nan' is not a finite number"),
+        (["--weight-decay", "inf"], "argument --weight-decay: 'inf' is not a finite number"),
+        (["--momentum=-inf"], "argument --momentum: '-inf' is not a finite number"),
+        (["--label-smoothing", "NaN"], "argument --label-smoothing: 'NaN' is not a finite number"),
+        (["--health-vanishing-gradient=-1e-9"], "--health-vanishing-gradient -1e-09 must be 0 or more"),
+        (["--health-loss-min-decrease", "1"], "--health-loss-min-decrease 1.0 must be in \\[0, 1\\)"),
+        (["--health-input-mean-max", "0"], "--health-input-mean-max 0.0 must be positive"),
+        (["--ema-decay", "1"], "--ema-decay 1.0 must be in \\[0, 1\\)"),
+        (["--width-multiplier", "0.3"], "width multiplier 0.3 must be positive with 8 x it a whole number"),
+    ],
+)
+def test_numbers_are_checked_at_parse_time(mini_records, tmp_path, capsys, flags, message):
+    from estimator import cifar10_main
+
+    with pytest.raises(SystemExit) as e:
+        cifar10_main.parse(["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0"] + flags)
+    assert e.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not os.path.exists(str(tmp_path / "j"))
+
+
+def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    code, out = run_main(
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        job,
+        *SMALL,
+        "--train-steps",
+        "2",
+        "--eval-policy",
+        "final",
+        "--export",
+        "false",
+    )
+    assert code == 0, out[-3000:]
+    before = snapshot(job)
+    code, out = run_main(
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        job,
+        *SMALL,
+        "--train-steps",
+        "4",
+        "--num-layers",
+        "14",
+        "--width-multiplier",
+        "1.5",
+        "--ema-decay",
+        "0.99",
+    )
+    assert code == 2
+    assert (
+        "holds another network's checkpoints: --num-layers is 14 here, 8 in its hparams.json; --width-multiplier "
+        "is 1.5 here, 1.0 in its hparams.json; --ema-decay is 0.99 here, 0.0 in its hparams.json. Use another "
+        "--job-dir, or this job's own flags (--num-layers 8 --width-multiplier 1.0 --ema-decay 0.0)" in out
+    ), out[-2000:]
+    assert "Traceback" not in out and snapshot(job) == before
+    # What may change on a restart stays free: more steps, another rate and precision.
+    code, out = run_main(
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        job,
+        *SMALL,
+        "--train-steps",
+        "4",
+        "--learning-rate",
+        "0.05",
+        "--precision",
+        "bf16",
+        "--eval-policy",
+        "final",
+        "--export",
+        "false",
+    )
+    assert code == 0, out[-3000:]
+
+
+def start_trainer(data_dir, job_dir, *flags):
+    command = processes.trainer_command(["--data-dir", data_dir, "--job-dir", job_dir, *SMALL, *flags])
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    return subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+@pytest.mark.slow
+def test_a_second_trainer_is_refused_and_a_dead_holder_is_taken_over(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    first = start_trainer(mini_records, job, "--train-steps", "100000", "--log-every-n-steps", "5")
+    try:
+        lines, _ = faults.run_until(first, r"step \d+/100000")
+        assert first.poll() is None, "".join(lines)
+        lock = json.load(open(os.path.join(job, jobdir.LOCK_FILE)))
+        assert lock["pid"] == first.pid
+        started = time.time()
+        code, out = run_main("--data-dir", mini_records, "--job-dir", job, *SMALL, "--train-steps", "10")
+        assert code == 75 and time.time() - started < 60
+        assert re.search(
+            r"error: %s is in use by another trainer \(pid %d on \S+ since 20\d\d-" % (re.escape(job), first.pid), out
+        )
+        assert "Traceback" not in out
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # gone without releasing its lock
+        first.wait()
+    assert os.path.exists(os.path.join(job, jobdir.LOCK_FILE))
+    code, out = run_main(
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        job,
+        *SMALL,
+        "--train-steps",
+        "10",
+        "--eval-policy",
+        "final",
+        "--export",
+        "false",
+    )
+    assert code == 0, out[-3000:]
+    assert "taking over %s from a trainer that is gone (pid %d" % (job, first.pid) in out
+    assert "its process no longer runs" in out and not os.path.exists(os.path.join(job, jobdir.LOCK_FILE))
+
+
+def test_a_lock_on_another_host_is_stale_only_without_heartbeat(tmp_path):
+    job = str(tmp_path / "job")
+    os.makedirs(job)
+    now = time.time()
+    held = {"host": "another-host", "pid": 1, "since": now - 1000, "heartbeat": now - 10}
+    with open(os.path.join(job, jobdir.LOCK_FILE), "w") as f:
+        json.dump(held, f)
+    with pytest.raises(jobdir.JobDirBusyError, match="in use by another trainer \\(pid 1 on another-host since"):
+        jobdir.JobDirLock(job).acquire()
+    said = []
+    with jobdir.JobDirLock(job, log=said.append, stale_secs=5) as lock:
+        assert json.load(open(os.path.join(job, jobdir.LOCK_FILE)))["pid"] == os.getpid()
+        assert lock.record["host"] != "another-host"
+    assert said and "no heartbeat for 1" in said[0] and not os.path.exists(os.path.join(job, jobdir.LOCK_FILE))
+
+
+def test_the_lock_on_gcs_holds_and_is_released(gcs):
+    from estimator import storage
+
+    job = gcs + "/jobs/a"
+    with jobdir.JobDirLock(job):
+        holder = json.loads(storage.read_text(job + "/" + jobdir.LOCK_FILE))
+        assert holder["pid"] == os.getpid()
+        with pytest.raises(jobdir.JobDirBusyError, match="in use by another trainer"):
+            jobdir.JobDirLock(job, stale_secs=1e9).acquire()
+    assert not storage.exists(job + "/" + jobdir.LOCK_FILE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_saves_the_step_reached_and_the_same_command_resumes(mini_records, tmp_path, sig, code):
+    job = str(tmp_path / "job")
+    flags = ["--train-steps", "60", "--log-every-n-steps", "5", "--eval-policy", "final"]
+    first = start_trainer(mini_records, job, *flags)
+    lines, reader = faults.run_until(first, r"step 2\d/60")
+    first.send_signal(sig)
+    assert first.wait(timeout=60) == code
+    reader.join(timeout=10)
+    out = "".join(lines)
+    said = re.search(
+        r"interrupted by %s: stopped at step (\d+); checkpoint (\S+); no results\.json\. The same "
+        r"command resumes: python -m estimator\.cifar10_main" % signal.Signals(sig).name,
+        out,
+    )
+    assert said, out[-3000:]
+    step = int(said.group(1))
+    assert step >= faults.last_step(lines) >= 20 and said.group(2).endswith("model.ckpt-%d" % step)
+    assert not os.path.exists(os.path.join(job, "results.json")) and "Traceback" not in out
+    assert not os.path.exists(os.path.join(job, jobdir.LOCK_FILE))
+    again = start_trainer(mini_records, job, *flags)
+    out, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, out[-3000:]
+    # The first progress line of the restart is its first step: the one after the checkpoint.
+    assert re.search(r"step (\d+)/60", out).group(1) == str(step + 1)
+    assert json.load(open(os.path.join(job, "results.json")))["global_step"] == 60
+
+
+@pytest.mark.slow
+def test_faults_at_every_stage_are_survived(mini_records, tmp_path):
+    """SIGTERM, SIGINT and SIGKILL during training, a checkpoint save, the final evaluation and the exports
+    (benchmarks.faults; docs/training.md has the table of a run)."""
+    rows = faults.run_matrix(mini_records, str(tmp_path))
+    for row in rows:
+        assert row["survived"], row
+        assert row["exit_code"] == row["expected_exit_code"], row
+        if row["signal"] != "SIGKILL":
+            assert row["said"] and row["steps_lost"] == 0, row  # the checkpoint is at the step reached
+
+
+def mount(*args):
+    return subprocess.run(["mount", *args], capture_output=True, text=True)
+
+
+@pytest.fixture
+def full_dir(tmp_path):
+    """A real file system with 96 KiB: hparams.json fits, a checkpoint does not."""
+    path = str(tmp_path / "full")
+    os.makedirs(path)
+    result = mount("-t", "tmpfs", "-o", "size=96k", "tmpfs", path)
+    if result.returncode != 0:
+        pytest.skip(
+            "cannot mount a tmpfs here (%s): needs root (CI and the project's machines have it)" % result.stderr.strip()
+        )
+    yield path
+    subprocess.run(["umount", path], check=True)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A read-only bind mount of an empty directory."""
+    source, path = str(tmp_path / "source"), str(tmp_path / "ro")
+    os.makedirs(source)
+    os.makedirs(path)
+    if mount("--bind", source, path).returncode != 0 or mount("-o", "remount,bind,ro", path).returncode != 0:
+        pytest.skip("cannot make a read-only bind mount here: needs root (CI and the project's machines have it)")
+    yield path
+    subprocess.run(["umount", path], check=True)
+
+
+@pytest.mark.slow
+def test_a_full_job_dir_is_one_line_and_leaves_no_partial_files(mini_records, full_dir):
+    job = os.path.join(full_dir, "job")
+    code, out = run_main("--data-dir", mini_records, "--job-dir", job, *SMALL, "--train-steps", "5")
+    assert code == 74, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and job in errors[0], out[-3000:]
+    assert "Traceback" not in out
+    left = [n for n in os.listdir(job) if "tmp" in n or "temp" in n] if os.path.isdir(job) else []
+    assert left == []
+    code, out = run_main("--data-dir", mini_records, "--job-dir", job, *SMALL, "--train-steps", "5", "--verbose")
+    assert code == 74 and "Traceback" in out  # --verbose shows where
+
+
+@pytest.mark.slow
+def test_a_read_only_job_dir_and_data_dir_are_one_line(mini_records, mini_archive, read_only_dir):
+    code, out = run_main("--data-dir", mini_records, "--job-dir", read_only_dir + "/job", *SMALL, "--train-steps", "5")
+    assert code == 74, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Read-only file system" in errors[0] and read_only_dir in errors[0], out[-2000:]
+    assert "Traceback" not in out
+    code, out = run_joined(
+        "generate_cifar10_tfrecords",
+        "--data-dir",
+        read_only_dir + "/data",
+        "--source",
+        mini_archive,
+        "--sha256",
+        MINI_SHA256,
+    )
+    assert code != 0 and "Read-only file system" in out and "Traceback" not in out, out[-2000:]
+
+
+def test_spot_vms_and_scheduling_fields_reach_the_job_config(tmp_path):
+    out = str(tmp_path / "job.yaml")
+    code, said = run_joined(
+        "estimator.vertex",
+        "custom-job",
+        "--config",
+        os.path.join(REPO, "cmle_config.yaml"),
+        "--package-uri",
+        "gs://b/p.tar.gz",
+        "--output",
+        out,
+        "--spot",
+        "--restart-job-on-worker-restart",
+        "--timeout",
+        "8h",
+        "--",
+        "--data-dir",
+        "gs://b/data",
+    )
+    assert code == 0, said
+    job = yaml.safe_load(open(out))
+    assert job["scheduling"] == {"strategy": "SPOT", "restartJobOnWorkerRestart": True, "timeout": "28800s"}
+    assert check(job, {"$ref": "GoogleCloudAiplatformV1CustomJobSpec"}, schemas=AIPLATFORM_SCHEMAS) == []
+    code, said = run_joined(
+        "estimator.vertex",
+        "hp-tuning-job",
+        "--config",
+        os.path.join(REPO, "hptuning_config.yaml"),
+        "--package-uri",
+        "gs://b/p.tar.gz",
+        "--output",
+        out,
+        "--spot",
+        "--",
+        "--data-dir",
+        "gs://b/data",
+    )
+    assert code == 0, said
+    tuning = yaml.safe_load(open(out))
+    assert tuning["trialJobSpec"]["scheduling"] == {"strategy": "SPOT"}
+    assert check(tuning, {"$ref": "GoogleCloudAiplatformV1HyperparameterTuningJob"}, schemas=AIPLATFORM_SCHEMAS) == []
+    code, said = run_joined(
+        "estimator.vertex",
+        "custom-job",
+        "--config",
+        os.path.join(REPO, "cmle_config.yaml"),
+        "--output",
+        out,
+        "--timeout",
+        "soon",
+    )
+    assert code == 2 and "'soon' is not a positive duration" in said

@@ -1,0 +1,188 @@
+"""What short runs use: weight averages in evaluation and exports, flip-and-translate TTA, training on
+two splits, the width multiplier and zero-initialised residual units."""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator import cifar10_format as fmt
+from estimator import cifar10_main
+from estimator.cifar10 import Cifar10DataSet
+from estimator.cifar10_model import ResNetCifar10
+from estimator.model_fn import model_fn
+from estimator.serving import signatures
+from tests.helpers import hp, run_main
+
+v1 = tf.compat.v1
+MODES = tf.estimator.ModeKeys
+
+
+def test_weight_averages_are_what_evaluation_and_exports_restore(tmp_path):
+    params = hp(ema_decay=0.5, learning_rate=0.5)
+    images = np.random.RandomState(0).uniform(0, 255, (6, 32, 32, 3)).astype(np.float32)
+    checkpoint = str(tmp_path / "model.ckpt-3")
+    with tf.Graph().as_default():
+        v1.set_random_seed(1)
+        v1.train.create_global_step()
+        spec = model_fn(tf.constant(images), tf.constant([0, 1, 2, 3, 4, 5]), MODES.TRAIN, params)
+        kernel = [v for v in v1.global_variables() if v.op.name == "resnet/fc/kernel"][0]
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            shadow = sess.run(kernel)  # the average starts at the initial weights
+            for k in (1, 2, 3):
+                sess.run(spec.train_op)
+                # num_updates: decay min(0.5, (1 + k) / (10 + k)) after update k.
+                decay = min(0.5, (1.0 + k) / (10.0 + k))
+                shadow = decay * shadow + (1 - decay) * sess.run(kernel)
+            v1.train.Saver().save(sess, checkpoint)
+            trained = sess.run(kernel)
+    stored = tf.train.load_checkpoint(checkpoint)
+    np.testing.assert_allclose(stored.get_tensor("resnet/fc/kernel/ExponentialMovingAverage"), shadow, rtol=1e-5)
+    assert np.abs(shadow - trained).max() > 1e-4  # the two differ, so the checks below can tell them apart
+
+    with tf.Graph().as_default():
+        v1.train.create_global_step()
+        spec = model_fn(tf.constant(images), tf.constant([0, 1, 2, 3, 4, 5]), MODES.EVAL, params)
+        with v1.Session() as sess:
+            sess.run(v1.local_variables_initializer())
+            spec.scaffold.saver.restore(sess, checkpoint)
+            evaluated = sess.run([v for v in v1.global_variables() if v.op.name == "resnet/fc/kernel"][0])
+    np.testing.assert_allclose(evaluated, shadow, rtol=1e-5)
+
+    export = signatures.export_saved_model(checkpoint, str(tmp_path / "export"), params)
+    loaded = tf.saved_model.load(export)
+    served = [v for v in loaded.variables if v.name.startswith("resnet/fc/kernel")][0]
+    np.testing.assert_allclose(served.numpy(), shadow, rtol=1e-5)
+    # Without --ema-decay the same checkpoint serves the trained weights.
+    plain = tf.saved_model.load(
+        signatures.export_saved_model(checkpoint, str(tmp_path / "plain"), params.replace(ema_decay=0.0))
+    )
+    np.testing.assert_allclose(
+        [v for v in plain.variables if v.name.startswith("resnet/fc/kernel")][0].numpy(), trained, rtol=1e-6
+    )
+
+
+def test_tta_accuracy_against_a_hand_computed_case():
+    """argmax of 1/4 p(x) + 1/4 p(mirror x) + 1/8 of each shifted view and its mirror."""
+    left, right = np.random.RandomState(2).uniform(0, 255, (2, 30, 1, 1, 3))
+    images = np.concatenate(
+        [np.broadcast_to(left, (30, 32, 12, 3)), np.broadcast_to(right, (30, 32, 20, 3))], axis=2
+    ).astype(np.float32)
+    images[:, :8, :8, :] = 255.0  # a corner too, so that shifts move something
+    with tf.Graph().as_default():
+        v1.set_random_seed(3)
+        v1.train.create_global_step()
+        x = v1.placeholder(tf.float32, [30, 32, 32, 3])
+        y = v1.placeholder(tf.int32, [30])
+        spec = model_fn(x, y, MODES.EVAL, hp(eval_tta=True, eval_batch_size=30))
+        plain, tta = spec.eval_metric_ops["accuracy"], spec.eval_metric_ops["accuracy_tta"]
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            fc = [v for v in v1.global_variables() if v.op.name == "resnet/fc/kernel"][0]
+            weights = np.random.RandomState(1).normal(0, 20.0, fc.shape)
+            fc.load((weights - weights.mean(axis=0)).astype(np.float32), sess)
+
+            def p(view):
+                return sess.run(spec.predictions["probabilities"], {x: view})
+
+            padded = np.pad(images, [(0, 0), (1, 1), (1, 1), (0, 0)])
+            shifted = [padded[:, :32, :32], padded[:, 2:, 2:]]
+            mirror = lambda a: a[:, :, ::-1]  # noqa: E731
+            mean = 0.25 * (p(images) + p(mirror(images)))
+            for view in shifted:
+                mean += 0.125 * (p(view) + p(mirror(view)))
+            tta_classes, plain_classes = np.argmax(mean, axis=1), np.argmax(p(images), axis=1)
+            disagree = int(np.sum(tta_classes != plain_classes))
+            assert 0 < disagree < 30
+            sess.run([plain[1], tta[1]], {x: images, y: tta_classes})
+            assert sess.run(tta[0]) == 1.0
+            assert sess.run(plain[0]) == pytest.approx((30 - disagree) / 30)
+
+
+def test_training_on_two_splits_reads_both_once_per_epoch(mini_records, tmp_path):
+    both = Cifar10DataSet(mini_records, fmt.TRAIN, use_distortion=False, seed=1, also=(fmt.VALIDATION,))
+    assert both.num_examples_per_epoch() == 4068 + 1017
+    labels = np.concatenate([y.numpy() for _, y in both.dataset(5085).take(1)])
+
+    def split_labels(subset, batches):
+        data = Cifar10DataSet(mini_records, subset, use_distortion=False)
+        return np.concatenate([y.numpy() for _, y in data.dataset(1017).take(batches)])
+
+    # One epoch of each: the training split repeats (4 batches of 1,017 are its 4,068 images).
+    expected = np.concatenate([split_labels(fmt.TRAIN, 4), split_labels(fmt.VALIDATION, 1)])
+    assert np.array_equal(np.bincount(labels, minlength=10), np.bincount(expected[expected >= 0], minlength=10))
+    parsed = cifar10_main.parse(
+        [
+            "--data-dir",
+            mini_records,
+            "--job-dir",
+            str(tmp_path / "j"),
+            "--num-gpus",
+            "0",
+            "--train-subsets",
+            "train",
+            "validation",
+        ]
+    )
+    assert parsed.train_subsets == ("train", "validation") and parsed.num_train_examples == 5085
+    assert parsed.eval_policy == "final" and not parsed.validates
+    with pytest.raises(ValueError, match="only training reads several subsets"):
+        Cifar10DataSet(mini_records, fmt.TEST, also=(fmt.VALIDATION,))
+
+
+@pytest.mark.slow
+def test_a_final_model_on_train_and_validation_says_so(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    code, out = run_main(
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        job,
+        *"--num-gpus 0 --num-layers 8 --train-steps 8 --train-batch-size 32 --train-subsets train validation".split(),
+        *"--ema-decay 0.9 --eval-tta --seed 2".split(),
+    )
+    assert code == 0, out[-3000:]
+    results = json.load(open(os.path.join(job, "results.json")))
+    assert results["validation_accuracy"] is None and results["validation_examples"] == 0
+    assert "validation split was training data" in results["validation_note"]
+    assert results["train_subsets"] == ["train", "validation"] and results["eval_examples"] == 1017
+    assert 0 <= results["accuracy_tta"] <= 1
+    assert not glob.glob(os.path.join(job, "export", "best", "*")) and glob.glob(
+        os.path.join(job, "export", "final", "*")
+    )
+    assert "Evaluation [validation]" not in out
+
+
+@pytest.mark.parametrize("width,filters", [(1, [16, 16, 32, 64]), (1.5, [24, 24, 48, 96]), (0.5, [8, 8, 16, 32])])
+def test_width_multiplier_scales_every_layer(width, filters):
+    model = ResNetCifar10(8, True, 0.9, 1e-5, "channels_last", width_multiplier=width)
+    assert model.filters == filters
+    with tf.Graph().as_default():
+        logits = model.forward_pass(tf.zeros([2, 32, 32, 3]))
+        assert logits.shape == (2, 10)
+        kernel = [v for v in v1.global_variables() if v.op.name.endswith("stage3/unit1/conv1/kernel")][0]
+        assert kernel.shape == (3, 3, filters[2], filters[3])
+
+
+@pytest.mark.parametrize("width", [0, -1, 1.3, 0.1])
+def test_widths_the_shortcut_cannot_pad_are_refused(width):
+    with pytest.raises(ValueError, match="width multiplier %s must be positive with 8 x it a whole number" % width):
+        ResNetCifar10(8, True, 0.9, 1e-5, "channels_last", width_multiplier=width)
+
+
+def test_zero_init_residual_starts_each_unit_as_its_shortcut():
+    with tf.Graph().as_default():
+        model = ResNetCifar10(14, True, 0.9, 1e-5, "channels_last", zero_init_residual=True)
+        model.forward_pass(tf.zeros([2, 32, 32, 3]))
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            gammas = {v.op.name: sess.run(v) for v in v1.global_variables() if v.op.name.endswith("gamma")}
+    last = {n: g for n, g in gammas.items() if n.endswith("bn2/gamma")}
+    assert len(last) == 6 and all((g == 0).all() for g in last.values())
+    assert all((g == 1).all() for n, g in gammas.items() if n not in last)
+    with pytest.raises(ValueError, match="v2 units end with a convolution"):
+        ResNetCifar10(14, True, 0.9, 1e-5, "channels_last", version="v2", zero_init_residual=True)

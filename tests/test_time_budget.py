@@ -1,0 +1,271 @@
+"""--time-budget: durations, the planner on a simulated clock, the schedule across re-plans, real runs."""
+
+import json
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator import schedules, time_budget
+from estimator.time_budget import BudgetState, Plan, Planner
+from tests.helpers import run_main
+
+v1 = tf.compat.v1
+
+
+@pytest.mark.parametrize(
+    "text,seconds",
+    [("90s", 90), ("5m", 300), ("1h30m", 5400), ("1h2m3s", 3723), ("300", 300), ("12.5", 12.5), ("0.5h", 1800)],
+)
+def test_durations(text, seconds):
+    assert time_budget.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "abc", "0", "-5", "5x", "inf", "nan", "m", "5m3h"])
+def test_bad_durations_are_refused(text):
+    with pytest.raises(ValueError, match="is not a positive duration: use e.g. 90s, 5m, 1h30m"):
+        time_budget.parse_duration(text)
+
+
+class Clock:
+    """A simulated clock: the test moves it."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def planner(clock, budget=100.0, used=0.0, progress=0.0, final_images=0, fixed=10.0, guess=500.0):
+    state = BudgetState(budget, used_secs=used, progress=progress)
+    return Planner(
+        budget,
+        0.0,
+        state,
+        images_per_step=100,
+        final_images=final_images,
+        clock=clock,
+        guess_images_per_sec=guess,
+        replan_secs=15.0,
+        final_fixed_secs=fixed,
+    )
+
+
+def run_steps(p, clock, first, last, steps_per_sec, plans):
+    """Steps ``first``..``last`` at a steady speed; collects the plans made."""
+    for step in range(first, last + 1):
+        clock.now += 1.0 / steps_per_sec
+        before = p.plan
+        plan = p.after_step(step)
+        if plan is not None:
+            plans.append((step, plan, clock.now, before))
+        if p.should_stop(step):
+            return step
+    return last
+
+
+def test_the_first_plan_comes_from_measured_speed_after_warm_up():
+    clock = Clock()
+    p = planner(clock)
+    # Before measuring: the guess, 500 images/s = 5 steps/s, until the training deadline 100 - 10 s.
+    assert p.begin(0) == Plan(0, 0.0, 450)
+    plans = []
+    run_steps(p, clock, 1, 70, 8.0, plans)
+    # Warm-up is steps 1-10 (mark at step 10, t = 1.25 s); 5 s later (step 50, t = 6.25 s) the speed
+    # is 8 steps/s: 50 + 8 x (90 - 6.25) = 720 steps, progress going on from 50/450.
+    step, plan, _, _ = plans[0]
+    assert step == 50 and plan.total_steps == 720 and plan.anchor_progress == pytest.approx(50 / 450)
+    assert p.state.planned_steps == 720
+    assert p.state.replans == [{"step": 50, "steps_per_sec": 8.0, "planned_steps": 720}]
+
+
+def test_a_slower_machine_re_plans_and_progress_stays_continuous():
+    clock = Clock()
+    p = planner(clock)
+    p.begin(0)
+    plans = []
+    run_steps(p, clock, 1, 200, 8.0, plans)
+    first = p.plan
+    # Another process takes a core: half the speed. The next check (15 s after the last) re-plans.
+    run_steps(p, clock, 201, 400, 4.0, plans)
+    step, second, at, before = plans[-1]
+    assert second.total_steps < first.total_steps and p.steps_per_sec == pytest.approx(4.0)
+    for replan_step, new, _, old in plans:
+        assert old.progress(replan_step) == pytest.approx(new.progress(replan_step))  # no jump at a re-plan
+    assert second.progress(second.total_steps) == 1.0
+    # The new plan ends at the training deadline (100 - 10 s) at the new speed.
+    assert second.total_steps == step + math.floor((90 - at) * p.steps_per_sec)
+
+
+def test_re_plans_end_training_at_the_deadline_and_use_the_budget():
+    clock = Clock()
+    p = planner(clock, budget=300.0, fixed=10.0)
+    p.begin(0)
+    plans = []
+    last = run_steps(p, clock, 1, 100000, 8.0, plans)
+    # Training ends at its plan, within a step of the training deadline (300 - 10 s).
+    assert last == p.plan.total_steps and not p.stopped_early
+    assert 290 - 1 / 8.0 - 0.5 <= clock.now <= 290
+
+
+def test_the_hard_stop_ends_training_when_time_is_up_anyway():
+    clock = Clock()
+    p = planner(clock, budget=100.0)
+    p.begin(0)
+    plans = []
+    run_steps(p, clock, 1, 300, 8.0, plans)
+    clock.now += 60  # the machine stalls for a minute, past the training deadline
+    assert p.should_stop(301) and p.stopped_early
+
+
+def test_evaluation_images_are_reserved_at_the_measured_speed():
+    clock = Clock()
+    p = planner(clock, budget=100.0, final_images=40000, fixed=10.0)
+    p.begin(0)
+    run_steps(p, clock, 1, 70, 8.0, [])
+    # 8 steps/s x 100 images = 800 training images/s; evaluation at 4x: 40,000 images in 12.5 s.
+    assert p.final_secs() == pytest.approx(10.0 + 12.5)
+    assert p.training_deadline() == pytest.approx(77.5)
+
+
+def test_a_restarted_job_continues_with_what_remains_of_its_budget():
+    clock = Clock()
+    p = planner(clock, budget=100.0, used=40.0, progress=0.5)
+    # 40 s used before: this run's deadline is 60 s from its start, the progress goes on from 0.5.
+    assert p.deadline == 60.0
+    plan = p.begin(400)
+    assert (plan.anchor_step, plan.anchor_progress) == (400, 0.5)
+    clock.now = 12.0
+    state = p.record(450)
+    assert state.used_secs == 52.0 and state.step == 450 and state.progress == pytest.approx(plan.progress(450))
+    assert BudgetState.from_json(state.to_json()) == state
+
+
+def rates_through_the_graph(plans_and_steps, schedule="onecycle", peak=0.4, warmup=0.2):
+    """The learning rate at each (plan, step), loading each plan into the graph as the hook does."""
+    with tf.Graph().as_default():
+        step = v1.placeholder(tf.int64, [])
+        progress = time_budget.progress_tensor(step)
+        rate = schedules.learning_rate_at_progress(progress, schedule, peak, warmup)
+        op, feeds = time_budget.plan_loader(v1.get_default_graph())
+        with v1.Session() as sess:
+            sess.run(v1.local_variables_initializer())
+            out = []
+            for plan, s in plans_and_steps:
+                sess.run(op, dict(zip(feeds, (plan.anchor_step, plan.anchor_progress, plan.total_steps))))
+                out.append(float(sess.run(rate, {step: s})))
+            return out
+
+
+def test_the_learning_rate_is_continuous_across_a_re_plan_and_reaches_zero():
+    first = Plan(0, 0.0, 1000)
+    second = Plan(400, first.progress(400), 700)  # fewer steps fit: the rest of the decay goes faster
+    before, after, end, halfway = rates_through_the_graph([(first, 400), (second, 400), (second, 700), (second, 550)])
+    # onecycle, peak 0.4, up over the first 20%: at progress 0.4 it is 0.4 x (1 - 0.2 / 0.8) = 0.3.
+    assert before == pytest.approx(0.3) and after == pytest.approx(before)
+    assert end == 0.0
+    assert halfway == pytest.approx(0.4 * (1 - (0.7 - 0.2) / 0.8))  # progress 0.4 + 0.6 x 1/2
+    warm = rates_through_the_graph([(first, 100)], schedule="cosine", warmup=0.2)[0]
+    assert warm == pytest.approx(0.4 * 0.1 / 0.2)
+
+
+def test_budget_flags_are_checked(mini_records, tmp_path):
+    base = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0"]
+    for flags, message in [
+        (["--time-budget", "5m", "--train-steps", "10", "--lr-schedule", "onecycle"], "plans the number of steps"),
+        (["--time-budget", "5m"], "--lr-schedule cosine or onecycle \\(not piecewise\\)"),
+        (["--time-budget", "5m", "--lr-schedule", "cosine", "--warmup-epochs", "1"], "drop --warmup-epochs"),
+        (["--time-budget", "5x", "--lr-schedule", "cosine"], "'5x' is not a positive duration"),
+    ]:
+        code, out = run_main(*base, *flags, timeout=120)
+        assert code == 2 and re.search(message, out), out[-2000:]
+        assert not os.path.exists(str(tmp_path / "j"))
+
+
+@pytest.mark.slow
+def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    flags = ["--data-dir", mini_records, "--job-dir", job] + (
+        "--num-gpus 0 --num-layers 8 --train-batch-size 64 --eval-batch-size 339 --time-budget 45s "
+        "--lr-schedule onecycle --eval-policy final --seed 1 --log-every-n-steps 20 --health-checks off"
+    ).split()
+    code, out = run_main(*flags)
+    assert code == 0, out[-3000:]
+    results = json.load(open(os.path.join(job, "results.json")))
+    recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
+    assert recorded["time_budget"] == 45.0 and recorded["train_steps"] is None
+    assert results["time_budget_secs"] == 45.0 and results["wall_secs"] <= 45.0
+    # Uses the budget: the planned end leaves only the reserve for the final evaluation.
+    assert results["wall_secs"] >= 0.8 * 45.0, results
+    assert results["planned_steps"] == results["replans"][0]["planned_steps"] > 0
+    assert results["global_step"] >= 0.9 * results["replans"][-1]["planned_steps"]
+    assert "budget left" in out and "time budget: planned at step" in out
+    budget = json.load(open(os.path.join(job, "budget.json")))
+    assert budget["progress"] == pytest.approx(1.0, abs=0.02) and budget["used_secs"] > 30
+    # The same command again: the budget is spent, so training stops at once and the job
+    # evaluates and exports what it has.
+    code, out = run_main(*flags)
+    assert code == 0, out[-3000:]
+    again = json.load(open(os.path.join(job, "results.json")))
+    assert again["budget_used_by_earlier_runs_secs"] == pytest.approx(budget["used_secs"], abs=0.01)
+    assert again["global_step"] <= results["global_step"] + 1
+
+
+@pytest.mark.slow
+def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
+    from estimator import precision
+
+    job = str(tmp_path / "job")
+    code, out = run_main(
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        job,
+        *"--num-gpus 0 --num-layers 8 --train-steps 2 --precision auto --eval-policy final --export false".split(),
+        env={"CIFAR10_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert code == 0, out[-3000:]
+    recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
+    if precision.native_bf16(precision.cpu_info()["flags"]):
+        probe = recorded["precision_probe"]
+        assert set(probe) == {"fp32", "bf16"} and recorded["precision"] == max(probe, key=probe.get)
+        assert os.path.exists(str(tmp_path / "cache" / "precision_probe.json"))
+    else:  # an AVX2-only CPU: bf16 ruled out by its flags, nothing timed
+        assert recorded["precision_probe"] == {} and recorded["precision"] == "fp32"
+
+
+def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
+    from estimator import precision
+    from tests.helpers import hp
+
+    def no_timing(*_):
+        raise AssertionError("nothing is timed where the CPU's flags rule bf16 out")
+
+    avx2 = {"model": "AMD EPYC", "flags": {"avx2", "fma", "avx512f"}}
+    assert precision.choose(hp(), cpu=avx2, timer=no_timing, cache_file=str(tmp_path / "c.json")) == ("fp32", {})
+    assert not os.path.exists(str(tmp_path / "c.json"))
+
+
+def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
+    from estimator import precision
+    from tests.helpers import hp
+
+    amx = {"model": "a CPU with AMX", "flags": {"amx_bf16", "avx512_bf16"}}
+    small = hp(train_batch_size=8)
+    cache = str(tmp_path / "probe.json")
+    choice, probe = precision.choose(small, cpu=amx, cache_file=cache)
+    assert set(probe) == {"fp32", "bf16"} and all(v > 0 for v in probe.values())
+    assert choice == max(probe, key=probe.get)
+
+    def no_timing(*_):
+        raise AssertionError("a cached probe is not timed again")
+
+    assert precision.choose(small, cpu=amx, timer=no_timing, cache_file=cache) == (choice, probe)
+    # Another network is another entry: timed again.
+    with pytest.raises(AssertionError, match="not timed again"):
+        precision.choose(small.replace(num_layers=14), cpu=amx, timer=no_timing, cache_file=cache)
+    assert np.isfinite(list(probe.values())).all()
