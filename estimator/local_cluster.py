@@ -30,6 +30,8 @@ from estimator import cluster as cluster_lib
 from estimator import processes
 
 HOST = "127.0.0.1"
+# How long tasks get to save a checkpoint after the SIGTERM a stop passes on, before SIGKILL.
+SIGNAL_GRACE_SECS = 60
 
 
 def free_ports(count: int):
@@ -256,7 +258,8 @@ def main(argv=None) -> int:
     print("Cluster: %s" % json.dumps(cluster.spec), flush=True)
 
     def interrupted(signum, frame):
-        cluster.stop()
+        # Passed on: each trainer saves a checkpoint at the step it reached (docs/faults.md).
+        cluster.stop(grace=SIGNAL_GRACE_SECS)
         sys.exit(128 + signum)
 
     signal.signal(signal.SIGTERM, interrupted)
@@ -267,7 +270,7 @@ def main(argv=None) -> int:
         print("error: %s" % e, file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
-        cluster.stop()
+        cluster.stop(grace=SIGNAL_GRACE_SECS)
         return 130
     print("Cluster finished: %s exited with %d." % (args.chief_role, code), flush=True)
     return code

@@ -15,6 +15,7 @@ configuration or flag it cannot honour (then nothing is created).
 
 import argparse
 import os
+import signal
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -95,8 +96,23 @@ def main(argv=None) -> int:
         )
     )
     status = 0
+
+    received = [signal.SIGINT]
+
+    def terminated(signum, frame):
+        received[0] = signum
+        raise KeyboardInterrupt  # the coordinator passes it on to the trials
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
         result = coordinator.run()
+    except KeyboardInterrupt:
+        print(
+            "interrupted: the trials running were stopped (each saved a checkpoint); the same command continues "
+            "the study",
+            file=sys.stderr,
+        )
+        return 128 + received[0]
     except study.StudyFailed as e:
         print("error: %s" % e, file=sys.stderr)
         result, status = coordinator.study, 1

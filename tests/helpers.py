@@ -88,6 +88,11 @@ def tensorboard(logdir):
         server.wait(timeout=30)
 
 
+def run_job(data_dir, job_dir, *flags, env=None, timeout=600):
+    """The trainer on ``data_dir`` into ``job_dir`` with ``flags``: (exit code, output)."""
+    return run_main("--data-dir", data_dir, "--job-dir", str(job_dir), *flags, env=env, timeout=timeout)
+
+
 def events(directory):
     """tag -> [(step, value)] from the event files of one TensorBoard run directory."""
     import tensorflow as tf

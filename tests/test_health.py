@@ -21,7 +21,7 @@ from estimator.health import probes, rules
 from estimator.model_fn import model_fn
 from tests import cifar_archives as ca
 from tests import helpers
-from tests.helpers import REPO, events, run_joined, run_main, tensorboard
+from tests.helpers import REPO, events, run_job, run_joined, tensorboard
 
 v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
@@ -387,10 +387,8 @@ def test_preflight_fails_the_baseline_on_blank_images(blank_records, tmp_path):
 def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mini_records, tmp_path):
     # Real images, thresholds no healthy run meets: the probes, rules and records are wired for each rule.
     job = str(tmp_path / "strict")
-    rc, out = run_main(
-        "--data-dir",
+    rc, out = run_job(
         mini_records,
-        "--job-dir",
         job,
         *SMALL,
         *(
@@ -419,13 +417,8 @@ def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mi
 @pytest.mark.slow
 def test_blank_images_stop_training_under_health_checks_stop(blank_records, tmp_path):
     job = str(tmp_path / "job")
-    rc, out = run_main(
-        "--data-dir",
-        blank_records,
-        "--job-dir",
-        job,
-        *SMALL,
-        *"--train-steps 50 --train-batch-size 32 --health-checks stop".split(),
+    rc, out = run_job(
+        blank_records, job, *SMALL, *"--train-steps 50 --train-batch-size 32 --health-checks stop".split()
     )
     assert rc == monitor_lib.EXIT_STATUS, out[-3000:]
     assert (
@@ -449,10 +442,8 @@ def fetch_json(url):
 @pytest.mark.slow
 def test_health_scalars_and_pictures_reach_tensorboard(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    rc, out = run_main(
-        "--data-dir",
+    rc, out = run_job(
         mini_records,
-        "--job-dir",
         job,
         *SMALL,
         *(

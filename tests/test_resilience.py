@@ -18,7 +18,7 @@ import yaml
 from benchmarks import faults
 from estimator import processes
 from estimator.resilience import jobdir
-from tests.helpers import AIPLATFORM_SCHEMAS, MINI_SHA256, REPO, check, run_joined, run_main
+from tests.helpers import AIPLATFORM_SCHEMAS, MINI_SHA256, REPO, check, run_job, run_joined
 
 SMALL = "--num-gpus 0 --num-layers 8 --train-batch-size 32 --eval-batch-size 339 --seed 3 --health-checks off".split()
 
@@ -60,35 +60,11 @@ def test_numbers_are_checked_at_parse_time(mini_records, tmp_path, capsys, flags
 
 def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    code, out = run_main(
-        "--data-dir",
-        mini_records,
-        "--job-dir",
-        job,
-        *SMALL,
-        "--train-steps",
-        "2",
-        "--eval-policy",
-        "final",
-        "--export",
-        "false",
-    )
+    code, out = run_job(mini_records, job, *SMALL, *"--train-steps 2 --eval-policy final --export false".split())
     assert code == 0, out[-3000:]
     before = snapshot(job)
-    code, out = run_main(
-        "--data-dir",
-        mini_records,
-        "--job-dir",
-        job,
-        *SMALL,
-        "--train-steps",
-        "4",
-        "--num-layers",
-        "14",
-        "--width-multiplier",
-        "1.5",
-        "--ema-decay",
-        "0.99",
+    code, out = run_job(
+        mini_records, job, *SMALL, *"--train-steps 4 --num-layers 14 --width-multiplier 1.5 --ema-decay 0.99".split()
     )
     assert code == 2
     assert (
@@ -98,22 +74,11 @@ def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records
     ), out[-2000:]
     assert "Traceback" not in out and snapshot(job) == before
     # What may change on a restart stays free: more steps, another rate and precision.
-    code, out = run_main(
-        "--data-dir",
+    code, out = run_job(
         mini_records,
-        "--job-dir",
         job,
         *SMALL,
-        "--train-steps",
-        "4",
-        "--learning-rate",
-        "0.05",
-        "--precision",
-        "bf16",
-        "--eval-policy",
-        "final",
-        "--export",
-        "false",
+        *"--train-steps 4 --learning-rate 0.05 --precision bf16 --eval-policy final --export false".split(),
     )
     assert code == 0, out[-3000:]
 
@@ -136,7 +101,7 @@ def test_a_second_trainer_is_refused_and_a_dead_holder_is_taken_over(mini_record
         lock = json.load(open(os.path.join(job, jobdir.LOCK_FILE)))
         assert lock["pid"] == first.pid
         started = time.time()
-        code, out = run_main("--data-dir", mini_records, "--job-dir", job, *SMALL, "--train-steps", "10")
+        code, out = run_job(mini_records, job, *SMALL, "--train-steps", "10")
         assert code == 75 and time.time() - started < 60
         assert re.search(
             r"error: %s is in use by another trainer \(pid %d on \S+ since 20\d\d-" % (re.escape(job), first.pid), out
@@ -146,19 +111,7 @@ def test_a_second_trainer_is_refused_and_a_dead_holder_is_taken_over(mini_record
         os.killpg(first.pid, signal.SIGKILL)  # gone without releasing its lock
         first.wait()
     assert os.path.exists(os.path.join(job, jobdir.LOCK_FILE))
-    code, out = run_main(
-        "--data-dir",
-        mini_records,
-        "--job-dir",
-        job,
-        *SMALL,
-        "--train-steps",
-        "10",
-        "--eval-policy",
-        "final",
-        "--export",
-        "false",
-    )
+    code, out = run_job(mini_records, job, *SMALL, *"--train-steps 10 --eval-policy final --export false".split())
     assert code == 0, out[-3000:]
     assert "taking over %s from a trainer that is gone (pid %d" % (job, first.pid) in out
     assert "its process no longer runs" in out and not os.path.exists(os.path.join(job, jobdir.LOCK_FILE))
@@ -225,7 +178,21 @@ def test_a_signal_saves_the_step_reached_and_the_same_command_resumes(mini_recor
 def test_faults_at_every_stage_are_survived(mini_records, tmp_path):
     """SIGTERM, SIGINT and SIGKILL during training, a checkpoint save, the final evaluation and the exports
     (benchmarks.faults; docs/training.md has the table of a run)."""
-    rows = faults.run_matrix(mini_records, str(tmp_path))
+    # Four of the benchmark's eight (the signal test above covers SIGTERM and SIGINT mid-training):
+    # CI's time; python -m benchmarks.faults runs all eight.
+    chosen = [
+        f
+        for f in faults.FAULTS
+        if f[0]
+        in (
+            "SIGKILL during training",
+            "SIGTERM during a checkpoint save",
+            "SIGTERM during the final evaluation",
+            "SIGKILL during the exports",
+        )
+    ]
+    assert len(chosen) == 4
+    rows = faults.run_matrix(mini_records, str(tmp_path), chosen)
     for row in rows:
         assert row["survived"], row
         assert row["exit_code"] == row["expected_exit_code"], row
@@ -266,20 +233,20 @@ def read_only_dir(tmp_path):
 @pytest.mark.slow
 def test_a_full_job_dir_is_one_line_and_leaves_no_partial_files(mini_records, full_dir):
     job = os.path.join(full_dir, "job")
-    code, out = run_main("--data-dir", mini_records, "--job-dir", job, *SMALL, "--train-steps", "5")
+    code, out = run_job(mini_records, job, *SMALL, "--train-steps", "5")
     assert code == 74, out[-3000:]
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "No space left on device" in errors[0] and job in errors[0], out[-3000:]
     assert "Traceback" not in out
     left = [n for n in os.listdir(job) if "tmp" in n or "temp" in n] if os.path.isdir(job) else []
     assert left == []
-    code, out = run_main("--data-dir", mini_records, "--job-dir", job, *SMALL, "--train-steps", "5", "--verbose")
+    code, out = run_job(mini_records, job, *SMALL, "--train-steps", "5", "--verbose")
     assert code == 74 and "Traceback" in out  # --verbose shows where
 
 
 @pytest.mark.slow
 def test_a_read_only_job_dir_and_data_dir_are_one_line(mini_records, mini_archive, read_only_dir):
-    code, out = run_main("--data-dir", mini_records, "--job-dir", read_only_dir + "/job", *SMALL, "--train-steps", "5")
+    code, out = run_job(mini_records, read_only_dir + "/job", *SMALL, "--train-steps", "5")
     assert code == 74, out[-3000:]
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Read-only file system" in errors[0] and read_only_dir in errors[0], out[-2000:]
@@ -296,55 +263,38 @@ def test_a_read_only_job_dir_and_data_dir_are_one_line(mini_records, mini_archiv
     assert code != 0 and "Read-only file system" in out and "Traceback" not in out, out[-2000:]
 
 
-def test_spot_vms_and_scheduling_fields_reach_the_job_config(tmp_path):
-    out = str(tmp_path / "job.yaml")
-    code, said = run_joined(
+def vertex_config(kind, yaml_file, output, *flags):
+    """``python -m estimator.vertex KIND`` for one of the repository's YAML files; (exit code, output)."""
+    config = os.path.join(REPO, yaml_file)
+    return run_joined(
         "estimator.vertex",
-        "custom-job",
+        kind,
         "--config",
-        os.path.join(REPO, "cmle_config.yaml"),
+        config,
         "--package-uri",
         "gs://b/p.tar.gz",
         "--output",
-        out,
-        "--spot",
-        "--restart-job-on-worker-restart",
-        "--timeout",
-        "8h",
+        output,
+        *flags,
         "--",
         "--data-dir",
         "gs://b/data",
+    )
+
+
+def test_spot_vms_and_scheduling_fields_reach_the_job_config(tmp_path):
+    out = str(tmp_path / "job.yaml")
+    code, said = vertex_config(
+        "custom-job", "cmle_config.yaml", out, "--spot", "--restart-job-on-worker-restart", "--timeout", "8h"
     )
     assert code == 0, said
     job = yaml.safe_load(open(out))
     assert job["scheduling"] == {"strategy": "SPOT", "restartJobOnWorkerRestart": True, "timeout": "28800s"}
     assert check(job, {"$ref": "GoogleCloudAiplatformV1CustomJobSpec"}, schemas=AIPLATFORM_SCHEMAS) == []
-    code, said = run_joined(
-        "estimator.vertex",
-        "hp-tuning-job",
-        "--config",
-        os.path.join(REPO, "hptuning_config.yaml"),
-        "--package-uri",
-        "gs://b/p.tar.gz",
-        "--output",
-        out,
-        "--spot",
-        "--",
-        "--data-dir",
-        "gs://b/data",
-    )
+    code, said = vertex_config("hp-tuning-job", "hptuning_config.yaml", out, "--spot")
     assert code == 0, said
     tuning = yaml.safe_load(open(out))
     assert tuning["trialJobSpec"]["scheduling"] == {"strategy": "SPOT"}
     assert check(tuning, {"$ref": "GoogleCloudAiplatformV1HyperparameterTuningJob"}, schemas=AIPLATFORM_SCHEMAS) == []
-    code, said = run_joined(
-        "estimator.vertex",
-        "custom-job",
-        "--config",
-        os.path.join(REPO, "cmle_config.yaml"),
-        "--output",
-        out,
-        "--timeout",
-        "soon",
-    )
+    code, said = vertex_config("custom-job", "cmle_config.yaml", out, "--timeout", "soon")
     assert code == 2 and "'soon' is not a positive duration" in said

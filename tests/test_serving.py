@@ -15,7 +15,7 @@ from estimator import config
 from estimator.cifar10 import Cifar10DataSet
 from estimator.hparams import HParams
 from estimator.model_fn import model_fn
-from tests.helpers import REPO, events, run_main, run_module
+from tests.helpers import REPO, events, run_job, run_module
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def exports(job, kind):
 def job(tmp_path_factory, mini_records):
     """ResNet-8 trained 60 steps, evaluated (and maybe exported) at steps 20, 40 and 60."""
     job = str(tmp_path_factory.mktemp("serving") / "job")
-    rc, log = run_main("--data-dir", mini_records, "--job-dir", job, "--train-steps", "60", *FLAGS)
+    rc, log = run_job(mini_records, job, "--train-steps", "60", *FLAGS)
     assert rc == 0, log[-3000:]
     return job
 
@@ -229,21 +229,21 @@ def test_restarted_job_keeps_the_real_best(job, mini_records, tmp_path):
     record["accuracy"] = 0.99  # a best this short run cannot beat
     json.dump(record, open(record_path, "w"))
     before = exports(copy, "best")
-    rc, log = run_main("--data-dir", mini_records, "--job-dir", copy, "--train-steps", "80", *FLAGS)
+    rc, log = run_job(mini_records, copy, "--train-steps", "80", *FLAGS)
     assert rc == 0, log[-3000:]
     assert exports(copy, "best") == before and json.load(open(record_path))["accuracy"] == 0.99
     assert len(exports(copy, "final")) == 2  # the final model is exported again
 
     # Without the record (a job from before this version) the first evaluation sets it.
     os.remove(record_path)
-    rc, log = run_main("--data-dir", mini_records, "--job-dir", copy, "--train-steps", "100", *FLAGS)
+    rc, log = run_job(mini_records, copy, "--train-steps", "100", *FLAGS)
     assert rc == 0, log[-3000:]
     assert json.load(open(record_path))["global_step"] == 100
 
 
 def test_export_can_be_turned_off(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    rc, log = run_main("--data-dir", mini_records, "--job-dir", job, "--train-steps", "5", "--export", "false", *FLAGS)
+    rc, log = run_job(mini_records, job, "--train-steps", "5", "--export", "false", *FLAGS)
     assert rc == 0, log[-3000:]
     assert not os.path.exists(os.path.join(job, "export"))
     assert json.load(open(os.path.join(job, "hparams.json")))["hparams"]["export"] is False

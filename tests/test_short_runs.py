@@ -15,7 +15,7 @@ from estimator.cifar10 import Cifar10DataSet
 from estimator.cifar10_model import ResNetCifar10
 from estimator.model_fn import model_fn
 from estimator.serving import signatures
-from tests.helpers import hp, run_main
+from tests.helpers import hp, run_job
 
 v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
@@ -121,11 +121,7 @@ def test_training_on_two_splits_reads_both_once_per_epoch(mini_records, tmp_path
             mini_records,
             "--job-dir",
             str(tmp_path / "j"),
-            "--num-gpus",
-            "0",
-            "--train-subsets",
-            "train",
-            "validation",
+            *"--num-gpus 0 --train-subsets train validation".split(),
         ]
     )
     assert parsed.train_subsets == ("train", "validation") and parsed.num_train_examples == 5085
@@ -137,14 +133,8 @@ def test_training_on_two_splits_reads_both_once_per_epoch(mini_records, tmp_path
 @pytest.mark.slow
 def test_a_final_model_on_train_and_validation_says_so(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    code, out = run_main(
-        "--data-dir",
-        mini_records,
-        "--job-dir",
-        job,
-        *"--num-gpus 0 --num-layers 8 --train-steps 8 --train-batch-size 32 --train-subsets train validation".split(),
-        *"--ema-decay 0.9 --eval-tta --seed 2".split(),
-    )
+    flags = "--num-gpus 0 --num-layers 8 --train-steps 8 --train-batch-size 32 --seed 2 --ema-decay 0.9 --eval-tta"
+    code, out = run_job(mini_records, job, *flags.split(), "--train-subsets", "train", "validation")
     assert code == 0, out[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
     assert results["validation_accuracy"] is None and results["validation_examples"] == 0

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from estimator import schedules, time_budget
 from estimator.time_budget import BudgetState, Plan, Planner
-from tests.helpers import run_main
+from tests.helpers import run_job, run_main
 
 v1 = tf.compat.v1
 
@@ -220,14 +220,8 @@ def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
     from estimator import precision
 
     job = str(tmp_path / "job")
-    code, out = run_main(
-        "--data-dir",
-        mini_records,
-        "--job-dir",
-        job,
-        *"--num-gpus 0 --num-layers 8 --train-steps 2 --precision auto --eval-policy final --export false".split(),
-        env={"CIFAR10_CACHE_DIR": str(tmp_path / "cache")},
-    )
+    flags = "--num-gpus 0 --num-layers 8 --train-steps 2 --precision auto --eval-policy final --export false"
+    code, out = run_job(mini_records, job, *flags.split(), env={"CIFAR10_CACHE_DIR": str(tmp_path / "cache")})
     assert code == 0, out[-3000:]
     recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
     if precision.native_bf16(precision.cpu_info()["flags"]):

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from estimator.convert import convert, read_archive
 from tests import cifar_archives as ca
-from tests.helpers import events, run_main
+from tests.helpers import events, run_job, run_main
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def shuffled_records(tmp_path_factory, mini_archive):
 
 
 def test_resnet20_learns_real_images(mini_records, tmp_path):
-    rc, log = run_main("--data-dir", mini_records, "--job-dir", str(tmp_path / "job"), *LEARN)
+    rc, log = run_job(mini_records, str(tmp_path / "job"), *LEARN)
     assert rc == 0, log[-3000:]
     results = json.load(open(str(tmp_path / "job" / "results.json")))
     assert results["global_step"] == 400 and results["eval_examples"] == 1017
@@ -51,7 +51,7 @@ def test_resnet20_learns_real_images(mini_records, tmp_path):
 
 
 def test_shuffled_labels_do_not_pass_the_learning_check(shuffled_records, tmp_path):
-    rc, log = run_main("--data-dir", shuffled_records, "--job-dir", str(tmp_path / "job"), *LEARN)
+    rc, log = run_job(shuffled_records, str(tmp_path / "job"), *LEARN)
     assert rc == 0, log[-3000:]
     results = json.load(open(str(tmp_path / "job" / "results.json")))
     assert results["accuracy"] < 0.20, results
@@ -142,17 +142,15 @@ def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
 
 
 def test_cli_bad_flag_exits_2_with_message(mini_records, tmp_path):
-    rc, log = run_main("--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0", "--num-layers", "45")
+    rc, log = run_job(mini_records, str(tmp_path), "--num-gpus", "0", "--num-layers", "45")
     assert rc == 2 and "num_layers=45 is not 6n+2" in log and "Traceback" not in log
 
 
 def test_short_run_recipe_flags_end_to_end(mini_records, tmp_path):
     """The flags the recipes use: epochs, onecycle, smoothing, Nesterov, final-only evaluation, flip TTA."""
     job = str(tmp_path / "job")
-    rc, log = run_main(
-        "--data-dir",
+    rc, log = run_job(
         mini_records,
-        "--job-dir",
         job,
         *(
             "--num-gpus 0 --num-layers 8 --train-epochs 0.5 --train-batch-size 64 "
@@ -178,10 +176,8 @@ def test_short_run_recipe_flags_end_to_end(mini_records, tmp_path):
 
 def test_non_finite_loss_stops_at_once_with_a_message(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    rc, log = run_main(
-        "--data-dir",
+    rc, log = run_job(
         mini_records,
-        "--job-dir",
         job,
         *"--num-gpus 0 --num-layers 8 --train-steps 50 --train-batch-size 32 --learning-rate 1e6 --seed 1".split(),
     )

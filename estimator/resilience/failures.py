@@ -44,12 +44,12 @@ def storage_failure(error):
 
 
 def remove_partial_files(job_dir: str) -> list:
-    """Removes what interrupted writes leave in a local job dir: TensorFlow's ``*_temp*``
+    """Removes what interrupted writes leave in a local job dir: TensorFlow's ``*_temp*`` and ``*.tmp<hex>``
     checkpoint directories and files, and ``.*.tmp`` files of ``estimator.storage``."""
     if not job_dir or job_dir.startswith("gs://") or not os.path.isdir(job_dir):
         return []
     removed = []
-    for pattern in ("*_temp*", ".*.tmp", "*.tmp-*", "*.tempstate*"):
+    for pattern in ("*_temp*", ".*.tmp", "*.tmp-*", "*.tmp[0-9a-f]*", "*.tempstate*"):
         for path in glob.glob(os.path.join(job_dir, pattern)):
             try:
                 shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)

@@ -167,7 +167,7 @@ def trainer_defaults(trainer_flags, study_spec: spec_lib.StudySpec, parallel: in
     if parallel > 1 and "--num-intra-threads" not in given:
         # Each trial its share of the cores: K trials x all cores would oversubscribe them.
         extra += ["--num-intra-threads", str(max(1, cores // parallel)), "--num-inter-threads", "1"]
-    if study_spec.early_stopping and "--save-checkpoints-steps" not in given:
+    if study_spec.early_stopping and train_steps and "--save-checkpoints-steps" not in given:
         extra += ["--save-checkpoints-steps", str(max(1, train_steps // 4)), "--eval-throttle-secs", "0"]
     return extra
 
@@ -361,8 +361,10 @@ class Coordinator(object):
                         self.finish(study, run, *result)
                 time.sleep(0.5)
         except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM: passed on to each trial, which saves a checkpoint and ends; the
+            # same command continues the study.
             for run in list(self.running.values()):
-                processes.stop_group(run.process)
+                processes.stop_group(run.process, grace=60)
             raise
         return study
 
