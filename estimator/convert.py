@@ -246,11 +246,7 @@ def _write_records(path: str, data: np.ndarray, labels: np.ndarray) -> dict:
     with tf.io.TFRecordWriter(path) as writer:
         for row, label in zip(data, labels):
             writer.write(fmt.encode_example(row.tobytes(), int(label)))
-    return {
-        "examples": int(len(labels)),
-        "bytes": os.path.getsize(path),
-        "sha256": download.file_digest(path, "sha256"),
-    }
+    return {"examples": int(len(labels)), "bytes": os.path.getsize(path), "sha256": storage.file_digest(path, "sha256")}
 
 
 def existing_manifest(data_dir: str):
@@ -333,7 +329,7 @@ def convert(
             labels = np.concatenate([batches[n][1] for n in names])
             files[subset] = _write_records(os.path.join(stage, fmt.record_filename(subset)), data, labels)
             log("  %-10s %6d images from %s" % (subset, files[subset]["examples"], ", ".join(names)))
-        source_info = {"source": source, "archive_sha256": download.file_digest(archive, "sha256")}
+        source_info = {"source": source, "archive_sha256": storage.file_digest(archive, "sha256")}
         if checksum is not None:
             source_info["verified_" + checksum[0]] = checksum[1]
         manifest = fmt.make_manifest(files, source_info)

@@ -8,13 +8,14 @@ its checksum matches. Nothing opens the archive before that.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from urllib.parse import urlparse
 
 import requests
 from tqdm import tqdm
+
+from estimator import storage
 
 CHUNK = 1 << 20  # for hashing
 # Small network reads: a dropped connection loses at most the read in flight.
@@ -28,14 +29,6 @@ class DownloadError(Exception):
 def default_cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "cifar10-resnet-estimator")
-
-
-def file_digest(path: str, algorithm: str) -> str:
-    digest = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def expected_checksum(md5=None, sha256=None):
@@ -56,7 +49,7 @@ def verify(path: str, checksum) -> None:
     if checksum is None:
         return
     algorithm, want = checksum
-    got = file_digest(path, algorithm)
+    got = storage.file_digest(path, algorithm)
     if got != want:
         raise DownloadError(
             "Checksum mismatch for %s: %s is %s, expected %s. The file is corrupt or "

@@ -154,12 +154,13 @@ def _write_local(path: str, write) -> None:
         raise
 
 
-def _file_md5(local_path: str) -> bytes:
-    digest = hashlib.md5()
+def file_digest(local_path: str, algorithm: str) -> str:
+    """The hex digest (``md5``, ``sha256`` ...) of a local file, read in 1 MiB chunks."""
+    digest = hashlib.new(algorithm)
     with open(local_path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-    return digest.digest()
+    return digest.hexdigest()
 
 
 def upload_file(local_path: str, path: str) -> None:
@@ -168,7 +169,7 @@ def upload_file(local_path: str, path: str) -> None:
         blob = _blob(path)
         blob.upload_from_filename(local_path)
         blob.reload()
-        expected = base64.b64encode(_file_md5(local_path)).decode("ascii")
+        expected = base64.b64encode(bytes.fromhex(file_digest(local_path, "md5"))).decode("ascii")
         if blob.md5_hash != expected or int(blob.size) != os.path.getsize(local_path):
             blob.delete()
             raise OSError(
