@@ -672,6 +672,11 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         )
     if not 0 <= args.ema_decay < 1:
         raise ValueError("--ema-decay %s must be in [0, 1), e.g. 0.999 (0 turns the average off)." % args.ema_decay)
+    if fmt.VALIDATION in args.train_subsets and cluster.distributed:
+        raise ValueError(
+            "--train-subsets train validation trains a final model in one process; a TF_CONFIG cluster evaluates "
+            "the validation split as it trains: train on train alone there."
+        )
     if fmt.TRAIN not in args.train_subsets:
         raise ValueError(
             "--train-subsets %s must include train (e.g. 'train validation' for a final model)."

@@ -104,6 +104,7 @@ class Hooks:
     reporter: hooks.EvalReporter
     planner: time_budget.Planner = None
     evaluation: list = None  # hooks of the evaluations during training
+    stop: object = None  # a resilience.SignalStop, or None
 
 
 def evaluation_images(hp: hparams_lib.HParams) -> int:
@@ -177,7 +178,7 @@ def build_hooks(hp: hparams_lib.HParams, stop=None) -> Hooks:
     if hp.export and hp.validates:
         after_eval.append(exporters.BestAccuracyExporter(hp))
     eval_hooks = [stop.eval_hook()] if stop is not None else []
-    return Hooks(train_hooks, after_eval, speed, reporter, planner, eval_hooks)
+    return Hooks(train_hooks, after_eval, speed, reporter, planner, eval_hooks, stop)
 
 
 def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator, job_hooks: Hooks) -> float:
@@ -203,6 +204,8 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
         # Short runs: no evaluation until training is done, then one on the validation split.
         if train_hooks is not None:
             estimator_.train(train_input, max_steps=hp.train_steps, hooks=train_hooks)
+        if job_hooks.stop is not None:
+            job_hooks.stop.check()  # a signal during training: the checkpoint is saved, end now
         seconds = time.perf_counter() - start
         if not hp.validates:
             return seconds  # the validation split was training data
