@@ -46,6 +46,10 @@ def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
     }
 
 
+def _percent(value) -> str:
+    return "-" if value is None else "%.4f" % value
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("recipes", nargs="+", help="Flag files under recipes/.")
@@ -62,8 +66,8 @@ def main(argv=None):
             row = run_recipe(os.path.abspath(recipe), os.path.abspath(args.data_dir), job, extra)
             rows.append(row)
             print(
-                "%-28s %-5s ResNet-%-3d steps %6d  wall %7.1f s  train %7.1f s  test acc %.4f  "
-                "flip-TTA %s  validation %.4f"
+                "%-28s %-5s ResNet-%-3d steps %6d  wall %7.1f s  train %7.1f s  test acc %.4f  flip-TTA %s  "
+                "TTA %s  validation %s"
                 % (
                     row["recipe"],
                     row["precision"],
@@ -72,8 +76,9 @@ def main(argv=None):
                     row["wall_seconds"],
                     row["train_seconds"],
                     row["accuracy"],
-                    "%.4f" % row["accuracy_flip_tta"] if "accuracy_flip_tta" in row else "-",
-                    row["validation_accuracy"],
+                    _percent(row.get("accuracy_flip_tta")),
+                    _percent(row.get("accuracy_tta")),
+                    _percent(row.get("validation_accuracy")),
                 ),
                 flush=True,
             )

@@ -19,7 +19,7 @@ from estimator import cluster as cluster_lib  # noqa: E402
 from estimator import config, health, resilience, train  # noqa: E402
 from estimator.health import nonfinite  # noqa: E402
 
-# Exit codes (docs/training.md, "Exit codes"): 0 done; 1 an error; 2 bad flags, data or job dir;
+# Exit codes (docs/faults.md): 0 done; 1 an error; 2 bad flags, data or job dir;
 # 3 a NaN or infinite loss or gradient; 4 a health rule under --health-checks stop;
 # 74 a full or read-only disk; 75 another trainer holds the job dir; 130 SIGINT, 143 SIGTERM
 # (a checkpoint was saved: the same command resumes).
