@@ -137,10 +137,11 @@ class BudgetState:
         return cls(**known)
 
 
+@dataclass
 class Planner:
     """Plans and re-plans the steps of one process's share of the budget.
 
-    Args:
+    Fields:
       budget_secs: the whole job's budget.
       start: the clock's value when this process started.
       state: what earlier runs of the job used (``BudgetState``); a fresh one for a new job.
@@ -150,29 +151,20 @@ class Planner:
       guess_images_per_sec: the speed assumed before any is measured (the first steps only).
     """
 
-    def __init__(
-        self,
-        budget_secs: float,
-        start: float,
-        state: BudgetState,
-        images_per_step: int,
-        final_images: int,
-        clock=time.monotonic,
-        guess_images_per_sec: float = 500.0,
-        replan_secs: float = REPLAN_SECS,
-        final_fixed_secs: float = FINAL_FIXED_SECS,
-    ):
-        self.budget_secs = budget_secs
-        self.state = state
-        self.clock = clock
-        self.images_per_step = images_per_step
-        self.final_images = final_images
-        self.replan_secs = replan_secs
-        self.final_fixed_secs = final_fixed_secs
-        self.earlier_secs = state.used_secs  # what earlier runs of the job used
-        self.deadline = start + budget_secs - state.used_secs
-        self.start = start
-        self.steps_per_sec = guess_images_per_sec / images_per_step
+    budget_secs: float
+    start: float
+    state: BudgetState
+    images_per_step: int
+    final_images: int
+    clock: object = time.monotonic
+    guess_images_per_sec: float = GUESS_IMAGES_PER_SEC
+    replan_secs: float = REPLAN_SECS
+    final_fixed_secs: float = FINAL_FIXED_SECS
+
+    def __post_init__(self):
+        self.earlier_secs = self.state.used_secs  # what earlier runs of the job used
+        self.deadline = self.start + self.budget_secs - self.state.used_secs
+        self.steps_per_sec = self.guess_images_per_sec / self.images_per_step
         self.measured = False
         self.plan = None
         self._mark = None  # (time, step) where the current speed measurement began
