@@ -190,17 +190,17 @@ def test_budget_flags_are_checked(mini_records, tmp_path):
 def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_records, tmp_path):
     job = str(tmp_path / "job")
     flags = ["--data-dir", mini_records, "--job-dir", job] + (
-        "--num-gpus 0 --num-layers 8 --train-batch-size 64 --eval-batch-size 339 --time-budget 45s "
+        "--num-gpus 0 --num-layers 8 --train-batch-size 64 --eval-batch-size 339 --time-budget 60s "
         "--lr-schedule onecycle --eval-policy final --seed 1 --log-every-n-steps 20 --health-checks off"
     ).split()
     code, out = run_main(*flags)
     assert code == 0, out[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
     recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
-    assert recorded["time_budget"] == 45.0 and recorded["train_steps"] is None
-    assert results["time_budget_secs"] == 45.0 and results["wall_secs"] <= 45.0
+    assert recorded["time_budget"] == 60.0 and recorded["train_steps"] is None
+    assert results["time_budget_secs"] == 60.0 and results["wall_secs"] <= 60.0, (results, out[-3000:])
     # Uses the budget: the planned end leaves only the reserve for the final evaluation.
-    assert results["wall_secs"] >= 0.8 * 45.0, results
+    assert results["wall_secs"] >= 0.8 * 60.0, results
     assert results["planned_steps"] == results["replans"][0]["planned_steps"] > 0
     assert results["global_step"] >= 0.9 * results["replans"][-1]["planned_steps"]
     assert "budget left" in out and "time budget: planned at step" in out
