@@ -49,6 +49,15 @@ def test_make_batch_is_graph_mode_tensors(small):
     np.testing.assert_array_equal(xv, hwc(batches["data_batch_5"][b"data"]))
 
 
+@pytest.mark.parametrize("subset", ["train", "validation", "eval"])
+def test_pipelines_run_without_the_autotuning_thread(small, subset):
+    # Closing a session waited up to a minute for that thread (estimator.cifar10.pipeline_options);
+    # with it off the map still runs in parallel, one call per core.
+    data = Cifar10DataSet(small[0], subset, seed=1).dataset(2)
+    assert data.options().autotune.enabled is False
+    assert tf.data.Options().autotune.enabled is not False  # so the line above checks our setting
+
+
 def test_training_batches_without_distortion_are_a_shuffled_epoch(small):
     data_dir, batches = small
     train = np.concatenate([hwc(batches[n][b"data"]) for n in fmt.SPLITS["train"]])

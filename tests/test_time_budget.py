@@ -201,11 +201,9 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
     assert results["time_budget_secs"] == 60.0
     budget = json.load(open(os.path.join(job, "budget.json")))
     # Training ends by its deadline, keeping the reserve (14 s here) for what follows: budget.json is
-    # written as training ends. The whole command then ends within the budget in most runs (about
-    # 50 s); in about one run in three on a cold fresh clone the evaluations after training stalled
-    # for half a minute (89-92 s), not yet explained: so the end-to-end bound checked here is loose.
+    # written as training ends; then the whole command ends within the budget.
     assert 30 < budget["used_secs"] <= 60.0 - 10, budget
-    assert results["wall_secs"] <= 60.0 * 1.75, (results, out[-3000:])
+    assert results["wall_secs"] <= 60.0, (results, out[-3000:])
     # Uses the budget: the planned end leaves only the reserve for the final evaluation.
     assert results["wall_secs"] >= 0.75 * 60.0, results
     assert results["planned_steps"] == results["replans"][0]["planned_steps"] > 0

@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from estimator import cifar10_format as fmt
 from estimator import pictures, storage
-from estimator.cifar10 import Cifar10DataSet
+from estimator.cifar10 import Cifar10DataSet, pipeline_options
 from estimator.cifar10_model import ResNetCifar10
 from estimator.health import rules
 
@@ -70,7 +70,7 @@ def label_distribution(data_dir: str, subset: str) -> Check:
     data = Cifar10DataSet(data_dir, subset)
     counts = np.zeros(fmt.NUM_CLASSES, np.int64)
     spec = {fmt.LABEL_KEY: fmt.feature_spec()[fmt.LABEL_KEY]}
-    records = tf.data.TFRecordDataset(data.get_filenames()).batch(2048)
+    records = tf.data.TFRecordDataset(data.get_filenames()).batch(2048).with_options(pipeline_options())
     for batch in records.map(lambda s: tf.io.parse_example(s, spec)[fmt.LABEL_KEY]):
         counts += np.bincount(batch.numpy(), minlength=fmt.NUM_CLASSES)[: fmt.NUM_CLASSES]
     mean = counts.sum() / fmt.NUM_CLASSES

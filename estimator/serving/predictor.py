@@ -130,14 +130,14 @@ def score_records(model_dir: str, records: str, batch_size: int = 500):
     """(labels, predicted classes) of every record in ``records``."""
     import tensorflow as tf
 
-    from estimator.cifar10 import decode
+    from estimator.cifar10 import decode, pipeline_options
 
     if not os.path.isfile(records):
         raise InputError("%s does not exist: pass a file written by generate_cifar10_tfrecords.py." % records)
     _, _, by_images = load_model(model_dir)
     labels, predicted = [], []
     try:
-        for batch in tf.data.TFRecordDataset([records]).batch(batch_size):
+        for batch in tf.data.TFRecordDataset([records]).batch(batch_size).with_options(pipeline_options()):
             images, batch_labels = decode(batch)
             result = by_images(images=tf.cast(images, tf.float32))
             predicted.append(result["classes"].numpy())
