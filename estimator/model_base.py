@@ -160,10 +160,16 @@ class ResNet(object):
         fast (4.4 ms against 4.3 ms forward and backward on [128, 32, 32, 16]).
         """
         channels = int(x.shape[self._channel_axis])
+        dtype = x.dtype
+        if dtype == tf.bfloat16:
+            # TensorFlow 2.15 has no oneDNN bf16 kernel for this op's gradient: in bf16 it took 34.6
+            # of a 209 ms ResNet-20 step on a Xeon with AMX, in float32 4 ms (benchmarks/step_profile.py).
+            x = tf.cast(x, tf.float32)
         kernel = tf.fill([pool_size, pool_size, channels, 1], tf.constant(1.0 / (pool_size * pool_size), x.dtype))
-        return tf.nn.depthwise_conv2d(
+        y = tf.nn.depthwise_conv2d(
             x, kernel, self._strides(stride), "VALID", data_format="NCHW" if self._nchw else "NHWC"
         )
+        return tf.cast(y, dtype)
 
     def _global_avg_pool(self, x):
         """Averages each map in float32: the classifier and the loss stay float32."""

@@ -1,0 +1,150 @@
+"""Where a training step's time goes, by op type, fp32 beside bf16, in one run.
+
+    python -m benchmarks.step_profile --num-layers 20 --batch-size 256
+
+Builds the trainer's own training graph (``model_fn`` in TRAIN mode, one tower,
+random images), runs warm-up steps, then traces a few steps with TensorFlow's
+step stats (``RunOptions.FULL_TRACE``) and sums each op type's time: the
+convolutions and their gradients, batch norm, the casts bf16 adds, the layout
+reorders oneDNN inserts, and the rest. Op times overlap on two threads, so the
+shares are of the summed op time, and the step's wall time is printed beside.
+Prints the CPU model and its bf16 flags (figures only compare within one run)
+and writes JSON.
+"""
+
+import argparse
+import collections
+import time
+
+from benchmarks.common import print_machine, write_result
+
+# Op types grouped as the issue asks: casts, batch norm, layout reorders, convolutions.
+GROUPS = (
+    ("convolution", ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "DepthwiseConv2dNative")),
+    ("batch norm", ("FusedBatchNorm", "FusedBatchNormGrad")),
+    ("cast", ("Cast",)),
+    ("layout reorder", ("Transpose", "ToTf", "Reorder", "MklToTf")),
+    ("elementwise", ("Relu", "ReluGrad", "AddV2", "Add", "AddN", "Mul", "Sub", "Pad", "Identity")),
+    ("optimizer", ("ApplyMomentum", "ResourceApplyMomentum", "ApplyKerasMomentum", "ResourceApplyKerasMomentum")),
+)
+
+
+def group_of(op_type: str) -> str:
+    # oneDNN's ops carry prefixes (_MklNativeConv2DWithBias, _FusedConv2D, ...): match by substring.
+    for group, names in GROUPS:
+        if any(name in op_type for name in names):
+            return group
+    return "other"
+
+
+def op_type_of(node) -> str:
+    # timeline_label reads "name = OpType(inputs)"; node_name alone lacks the type.
+    label = node.timeline_label
+    if " = " in label:
+        return label.split(" = ", 1)[1].split("(", 1)[0]
+    return node.node_name.split(":")[0].rsplit("/", 1)[-1]
+
+
+def profile(num_layers: int, batch_size: int, precision: str, width: float, steps: int, warmup: int) -> dict:
+    import numpy as np
+    import tensorflow as tf
+
+    from estimator import cifar10_format as fmt
+    from estimator.hparams import HParams
+    from estimator.model_fn import model_fn
+
+    v1 = tf.compat.v1
+    hp = HParams(
+        data_dir="unused",
+        job_dir="unused",
+        num_gpus=0,
+        num_layers=num_layers,
+        width_multiplier=width,
+        train_batch_size=batch_size,
+        precision=precision,
+        data_format="channels_last",
+        learning_rate=0.01,
+        seed=0,
+        num_train_examples=50000,
+        health_checks="off",
+    )
+    with tf.Graph().as_default():
+        v1.set_random_seed(0)
+        rng = np.random.RandomState(0)
+        images = tf.constant(rng.uniform(0, 255, (batch_size, fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH)).astype(np.float32))
+        labels = tf.constant(rng.randint(0, fmt.NUM_CLASSES, batch_size).astype(np.int32))
+        spec = model_fn(images, labels, tf.estimator.ModeKeys.TRAIN, hp)
+        config = v1.ConfigProto(intra_op_parallelism_threads=0, inter_op_parallelism_threads=0)
+        with v1.Session(config=config) as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            for _ in range(warmup):
+                sess.run(spec.train_op)
+            start = time.perf_counter()
+            for _ in range(steps):
+                sess.run(spec.train_op)
+            wall = (time.perf_counter() - start) / steps
+            by_type = collections.Counter()
+            options = v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE)
+            for _ in range(steps):
+                metadata = v1.RunMetadata()
+                sess.run(spec.train_op, options=options, run_metadata=metadata)
+                for device in metadata.step_stats.dev_stats:
+                    for node in device.node_stats:
+                        by_type[op_type_of(node)] += node.all_end_rel_micros
+    total = sum(by_type.values())
+    groups = collections.Counter()
+    for op_type, micros in by_type.items():
+        groups[group_of(op_type)] += micros
+    return {
+        "images_per_sec": round(batch_size / wall, 1),
+        "step_ms": round(1000 * wall, 2),
+        "op_ms_per_step": round(total / steps / 1000, 2),
+        "groups_ms": {g: round(v / steps / 1000, 2) for g, v in groups.most_common()},
+        "top_ops_ms": {t: round(v / steps / 1000, 2) for t, v in by_type.most_common(15)},
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num-layers", type=int, default=20)
+    parser.add_argument("--width-multiplier", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--steps", type=int, default=5, help="Timed steps, then as many traced ones.")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--out", default="benchmarks/results/step_profile.json")
+    args = parser.parse_args(argv)
+    import tensorflow as tf
+
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+    print_machine()
+    result = {}
+    for precision in args.precisions:
+        result[precision] = profile(
+            args.num_layers, args.batch_size, precision, args.width_multiplier, args.steps, args.warmup
+        )
+    print(
+        "\nResNet-%d (width %g), batch %d: ms per step by op group (summed op time; ops overlap on threads)"
+        % (args.num_layers, args.width_multiplier, args.batch_size)
+    )
+    names = list(result)
+    groups = sorted(
+        {g for r in result.values() for g in r["groups_ms"]}, key=lambda g: -result[names[0]]["groups_ms"].get(g, 0)
+    )
+    print("%-16s" % "group" + "".join("%12s" % n for n in names))
+    for g in groups:
+        print("%-16s" % g + "".join("%12.1f" % result[n]["groups_ms"].get(g, 0.0) for n in names))
+    print("%-16s" % "all ops" + "".join("%12.1f" % result[n]["op_ms_per_step"] for n in names))
+    print("%-16s" % "step wall" + "".join("%12.1f" % result[n]["step_ms"] for n in names))
+    print("%-16s" % "images/s" + "".join("%12.1f" % result[n]["images_per_sec"] for n in names))
+    for n in names:
+        print(
+            "\n%s, top op types (ms per step): %s"
+            % (n, ", ".join("%s %.1f" % kv for kv in result[n]["top_ops_ms"].items()))
+        )
+    write_result(args.out, dict(result, settings=vars(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
