@@ -267,3 +267,29 @@ def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
     with pytest.raises(AssertionError, match="not timed again"):
         precision.choose(small.replace(num_layers=14), cpu=amx, timer=no_timing, cache_file=cache)
     assert np.isfinite(list(probe.values())).all()
+
+
+def test_the_contention_benchmarks_competitor_takes_one_core_from_its_start_until_stopped():
+    """benchmarks.contention's busy loop: a real process, pinned to one core, started after its delay."""
+    import time
+
+    from benchmarks.contention import Competitor
+
+    core = min(os.sched_getaffinity(0))
+    never = Competitor(core, delay=30)
+    never.start()
+    assert never.stop() is False and never.process is None  # stopped before its start: nothing ran
+
+    competitor = Competitor(core, delay=0.2)
+    competitor.start()
+    assert competitor.process is None  # not before its delay
+    deadline = time.monotonic() + 10
+    while competitor.process is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process = competitor.process
+    assert process is not None and process.poll() is None
+    deadline = time.monotonic() + 10
+    while os.sched_getaffinity(process.pid) != {core} and time.monotonic() < deadline:
+        time.sleep(0.05)  # the loop pins itself as it starts
+    assert os.sched_getaffinity(process.pid) == {core}
+    assert competitor.stop() is True and process.poll() is not None
