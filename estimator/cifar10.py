@@ -5,7 +5,8 @@ model rescales them), labels as int32 ``[batch]``.
 
 Training batches are shuffled, repeated, and (with ``use_distortion``) padded to
 40x40, randomly cropped back to 32x32 and randomly flipped left-right, as in
-He et al. 2016, Sec. 4.2. Decoding and distortion run on whole batches
+He et al. 2016, Sec. 4.2; with ``cutout`` a square of that many pixels a side, centred
+anywhere in the image, is then greyed out (DeVries & Taylor 2017). Decoding and distortion run on whole batches
 (vectorised), not per image: per-image ``map`` calls cost more than the work
 they do at this image size. Random draws are stateless, seeded by
 ``(seed, batch index)``, so a fixed ``seed`` gives the same batches every run.
@@ -26,6 +27,9 @@ from estimator import cifar10_format as fmt
 from estimator import storage
 
 PAD = 4  # pixels of zero padding on each side before the random 32x32 crop
+# What cutout fills its square with: mid-grey, 0 after the model's scaling x / 128 - 1 (DeVries &
+# Taylor 2017 zero the normalised image, i.e. fill with the mean).
+CUTOUT_FILL = 128
 
 
 class MissingDataError(ValueError):
@@ -66,8 +70,9 @@ def decode(serialized):
     return image, tf.cast(features[fmt.LABEL_KEY], tf.int32)
 
 
-def distort(images, seed):
-    """Pads each image to 40x40, crops a random 32x32 window and maybe flips it.
+def distort(images, seed, cutout: int = 0):
+    """Pads each image to 40x40, crops a random 32x32 window, maybe flips it, and (``cutout`` > 0)
+    greys out a ``cutout`` x ``cutout`` square centred on a random pixel, clipped at the borders.
 
     Crop and flip are one gather of whole pixels from the padded images through
     per-image indices: about twice as fast here as cropping rows, then columns,
@@ -76,6 +81,7 @@ def distort(images, seed):
     Args:
       images: ``[B, 32, 32, C]`` tensor.
       seed: shape ``[2]`` int tensor for the stateless random draws.
+      cutout: side of the square in pixels; 0: none.
     """
     batch, channels = tf.shape(images)[0], tf.shape(images)[3]
     size = fmt.HEIGHT + 2 * PAD
@@ -88,14 +94,31 @@ def distort(images, seed):
     rows = tf.range(fmt.HEIGHT)[None, :] + offsets[:, 0:1]  # [B, 32]
     index = tf.reshape(rows[:, :, None] * size + cols[:, None, :], [batch, -1])  # [B, 1024]
     pixels = tf.gather(tf.reshape(padded, [batch, size * size, channels]), index, batch_dims=1)
-    return tf.reshape(pixels, [batch, fmt.HEIGHT, fmt.WIDTH, channels])
+    images = tf.reshape(pixels, [batch, fmt.HEIGHT, fmt.WIDTH, channels])
+    if cutout:
+        images = _cut_out(images, tf.random.experimental.stateless_fold_in(seed, 1), cutout)
+    return images
+
+
+def _cut_out(images, seed, size: int):
+    """Greys out a ``size`` x ``size`` square per image, centred on a random pixel (rows and columns
+    ``centre - size // 2`` up to, not including, ``centre - size // 2 + size``), clipped at the borders.
+    Its own draws (a seed folded from the crop's), so cropping and flipping stay as without it."""
+    batch = tf.shape(images)[0]
+    centres = tf.random.stateless_uniform([batch, 2], seed=seed, maxval=fmt.HEIGHT, dtype=tf.int32)
+    first = centres - size // 2
+    rows, cols = (tf.range(n)[None, :] - first[:, i : i + 1] for i, n in ((0, fmt.HEIGHT), (1, fmt.WIDTH)))
+    inside_rows = (rows >= 0) & (rows < size)  # [B, 32]
+    inside_cols = (cols >= 0) & (cols < size)
+    inside = inside_rows[:, :, None, None] & inside_cols[:, None, :, None]  # [B, 32, 32, 1]
+    return tf.where(inside, tf.constant(CUTOUT_FILL, images.dtype), images)
 
 
 # XLA fuses pad, index arithmetic, gather and cast into one kernel: about 1.3x
 # the throughput of the same ops run one by one (benchmarks/input_pipeline.py).
 @tf.function(jit_compile=True)
-def _distort_to_float(images, seed):
-    return tf.cast(distort(images, seed), tf.float32)
+def _distort_to_float(images, seed, cutout: int = 0):
+    return tf.cast(distort(images, seed, cutout), tf.float32)
 
 
 def pipeline_options() -> tf.data.Options:
@@ -114,12 +137,15 @@ def pipeline_options() -> tf.data.Options:
 class Cifar10DataSet(object):
     """CIFAR-10 TFRecords of one subset, as written by generate_cifar10_tfrecords.py."""
 
-    def __init__(self, data_dir: str, subset: str = fmt.TRAIN, use_distortion: bool = True, seed=None, also=()):
+    def __init__(
+        self, data_dir: str, subset: str = fmt.TRAIN, use_distortion: bool = True, seed=None, also=(), cutout: int = 0
+    ):
         """
         Args:
           data_dir: directory (or ``gs://`` path) holding the TFRecords.
           subset: ``train``, ``validation`` or ``eval``.
           use_distortion: crop and flip training images (ignored for other subsets).
+          cutout: with ``use_distortion``, also grey out a square of this side (0: none).
           seed: seed for shuffling and distortion; None draws one.
           also: further subsets to train on with ``train`` (``validation``: a final model on
             50,000 images); shuffled together, counted together.
@@ -132,6 +158,9 @@ class Cifar10DataSet(object):
             fmt.record_filename(name)  # validates subset
         if also and subset != fmt.TRAIN:
             raise ValueError("only training reads several subsets, not %s." % subset)
+        if not 0 <= cutout <= fmt.HEIGHT:
+            raise ValueError("cutout %s must be a square side from 0 to %d pixels." % (cutout, fmt.HEIGHT))
+        self.cutout = int(cutout)
         self.data_dir = data_dir
         self.subset = subset
         self.also = tuple(s for s in also if s != subset)
@@ -199,13 +228,13 @@ class Cifar10DataSet(object):
             # shuffle buffer gives a true random permutation each epoch.
             records = records.shuffle(self.num_examples_per_epoch(), seed=self.seed, reshuffle_each_iteration=True)
             batches = records.repeat().batch(batch_size, drop_remainder=True).enumerate()
-            distort_images = self.use_distortion
+            distort_images, cutout = self.use_distortion, self.cutout
 
             def parse(index, serialized):
                 images, labels = decode(serialized)
                 if distort_images:
                     seed = tf.stack([tf.cast(self.seed, tf.int64), index])
-                    images = _distort_to_float(images, seed)
+                    images = _distort_to_float(images, seed, cutout)
                 else:
                     images = tf.cast(images, tf.float32)
                 images.set_shape([batch_size, fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH])

@@ -86,6 +86,9 @@ class HParams:
     eval_tta: bool = False
     export: bool = True
     use_distortion_for_training: bool = True
+    # Side in pixels of the square greyed out of each training image after its crop (DeVries &
+    # Taylor 2017); 0: none.
+    cutout: int = 0
     sync: bool = False
     num_intra_threads: int = 0
     num_inter_threads: int = 0
@@ -467,6 +470,12 @@ def build_parser() -> argparse.ArgumentParser:
         action=_BoolFlag,
     )
     flag("--use-distortion-for-training", "Pad, randomly crop and flip training images.", action=_BoolFlag)
+    flag(
+        "--cutout",
+        "After the crop, grey out a square of this many pixels a side of each training image, centred on a "
+        "random pixel (DeVries & Taylor 2017); 0: none.",
+        type=_int,
+    )
     p.add_argument(
         "--sync", action="store_true", help="Synchronous distributed training (one update from all workers)."
     )
@@ -672,6 +681,12 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         )
     if not 0 <= args.ema_decay < 1:
         raise ValueError("--ema-decay %s must be in [0, 1), e.g. 0.999 (0 turns the average off)." % args.ema_decay)
+    if not 0 <= args.cutout <= fmt.HEIGHT:
+        raise ValueError("--cutout %d must be a square side from 0 to %d pixels, e.g. 8." % (args.cutout, fmt.HEIGHT))
+    if args.cutout and not args.use_distortion_for_training:
+        raise ValueError(
+            "--cutout %d is a training distortion: drop it or drop --no-use-distortion-for-training." % args.cutout
+        )
     if fmt.VALIDATION in args.train_subsets and cluster.distributed:
         raise ValueError(
             "--train-subsets train validation trains a final model in one process; a TF_CONFIG cluster evaluates "

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from estimator import cifar10_format as fmt
-from estimator.cifar10 import Cifar10DataSet, MissingDataError, distort
+from estimator.cifar10 import CUTOUT_FILL, Cifar10DataSet, MissingDataError, distort
 from estimator.convert import convert
 from tests import cifar_archives as ca
 
@@ -84,6 +84,27 @@ def test_distortion_is_a_padded_crop_maybe_flipped():
         offsets.add(match[0][:2])
         flips += match[0][2]
     assert len(offsets) > 20 and 16 < flips < 48  # really random, both ways
+
+
+def test_cutout_greys_one_clipped_square_and_leaves_the_crop_as_it_was():
+    rng = np.random.RandomState(1)
+    images = rng.randint(1, 127, size=(200, 32, 32, 3)).astype(np.uint8)  # never the fill value 128
+    seed = tf.constant([5, 0], tf.int64)
+    plain = distort(tf.constant(images), seed).numpy()
+    cut = distort(tf.constant(images), seed, cutout=8).numpy()
+    clipped = 0
+    for i in range(200):
+        grey = (cut[i] == CUTOUT_FILL).all(axis=2)
+        rows, cols = np.flatnonzero(grey.any(axis=1)), np.flatnonzero(grey.any(axis=0))
+        # One axis-aligned block, 8 wide unless a border clips it, and the rest is the plain crop.
+        assert grey.sum() == len(rows) * len(cols) and grey[np.ix_(rows, cols)].all()
+        assert 4 <= len(rows) <= 8 and 4 <= len(cols) <= 8
+        assert len(rows) == 8 or rows[0] == 0 or rows[-1] == 31
+        clipped += len(rows) < 8 or len(cols) < 8
+        np.testing.assert_array_equal(cut[i][~grey], plain[i][~grey])
+    assert 0 < clipped < 200  # centres reach the borders, but not always
+    with pytest.raises(ValueError, match="cutout 33 must be a square side from 0 to 32"):
+        Cifar10DataSet("", "train", cutout=33)
 
 
 def test_seed_fixes_order_and_distortion(small):
