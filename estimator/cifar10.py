@@ -3,12 +3,13 @@
 Images come out as float32 NHWC ``[batch, 32, 32, 3]`` with values 0..255 (the
 model rescales them), labels as int32 ``[batch]``.
 
-Training batches are shuffled, repeated, and (with ``use_distortion``) padded to
-40x40, randomly cropped back to 32x32 and randomly flipped left-right, as in
-He et al. 2016, Sec. 4.2; with ``cutout`` a square of that many pixels a side, centred
-anywhere in the image, is then greyed out (DeVries & Taylor 2017). Decoding and distortion run on whole batches
-(vectorised), not per image: per-image ``map`` calls cost more than the work
-they do at this image size. Random draws are stateless, seeded by
+Training batches are shuffled, repeated, and (with ``use_distortion``) padded
+to 40x40, randomly cropped back to 32x32 and randomly flipped left-right, as in
+He et al. 2016, Sec. 4.2 (``crop_padding`` sets the 4 pixels of padding); with
+``cutout`` a square of that many pixels a side, centred anywhere in the image,
+is then greyed out (DeVries & Taylor 2017). Decoding and distortion run on whole
+batches (vectorised), not per image: per-image ``map`` calls cost more than the
+work they do at this image size. Random draws are stateless, seeded by
 ``(seed, batch index)``, so a fixed ``seed`` gives the same batches every run.
 
 Evaluation batches hold every image of the split exactly once: the last,
@@ -26,7 +27,8 @@ import tensorflow as tf
 from estimator import cifar10_format as fmt
 from estimator import storage
 
-PAD = 4  # pixels of zero padding on each side before the random 32x32 crop
+PAD = 4  # pixels of zero padding on each side before the random 32x32 crop (He et al. 2016)
+MAX_PAD = 16
 # What cutout fills its square with: mid-grey, 0 after the model's scaling x / 128 - 1 (DeVries &
 # Taylor 2017 zero the normalised image, i.e. fill with the mean).
 CUTOUT_FILL = 128
@@ -70,9 +72,10 @@ def decode(serialized):
     return image, tf.cast(features[fmt.LABEL_KEY], tf.int32)
 
 
-def distort(images, seed, cutout: int = 0):
-    """Pads each image to 40x40, crops a random 32x32 window, maybe flips it, and (``cutout`` > 0)
-    greys out a ``cutout`` x ``cutout`` square centred on a random pixel, clipped at the borders.
+def distort(images, seed, cutout: int = 0, padding: int = PAD):
+    """Pads each image by ``padding`` pixels (to 40x40), crops a random 32x32 window, maybe flips it,
+    and (``cutout`` > 0) greys out a ``cutout`` x ``cutout`` square centred on a random pixel, clipped
+    at the borders.
 
     Crop and flip are one gather of whole pixels from the padded images through
     per-image indices: about twice as fast here as cropping rows, then columns,
@@ -82,12 +85,13 @@ def distort(images, seed, cutout: int = 0):
       images: ``[B, 32, 32, C]`` tensor.
       seed: shape ``[2]`` int tensor for the stateless random draws.
       cutout: side of the square in pixels; 0: none.
+      padding: zero pixels added on each side before the crop: shifts of up to that many pixels.
     """
     batch, channels = tf.shape(images)[0], tf.shape(images)[3]
-    size = fmt.HEIGHT + 2 * PAD
-    padded = tf.pad(images, [[0, 0], [PAD, PAD], [PAD, PAD], [0, 0]])
+    size = fmt.HEIGHT + 2 * padding
+    padded = tf.pad(images, [[0, 0], [padding, padding], [padding, padding], [0, 0]])
     draws = tf.random.stateless_uniform([batch, 3], seed=seed)
-    offsets = tf.cast(draws[:, :2] * (2 * PAD + 1), tf.int32)  # 0..8 for rows, cols
+    offsets = tf.cast(draws[:, :2] * (2 * padding + 1), tf.int32)  # 0..8 for rows, cols with 4
     flip = draws[:, 2] < 0.5
     cols = tf.range(fmt.WIDTH)
     cols = tf.where(flip[:, None], fmt.WIDTH - 1 - cols, cols) + offsets[:, 1:2]  # [B, 32]
@@ -117,8 +121,8 @@ def _cut_out(images, seed, size: int):
 # XLA fuses pad, index arithmetic, gather and cast into one kernel: about 1.3x
 # the throughput of the same ops run one by one (benchmarks/input_pipeline.py).
 @tf.function(jit_compile=True)
-def _distort_to_float(images, seed, cutout: int = 0):
-    return tf.cast(distort(images, seed, cutout), tf.float32)
+def _distort_to_float(images, seed, cutout: int = 0, padding: int = PAD):
+    return tf.cast(distort(images, seed, cutout, padding), tf.float32)
 
 
 def pipeline_options() -> tf.data.Options:
@@ -138,7 +142,14 @@ class Cifar10DataSet(object):
     """CIFAR-10 TFRecords of one subset, as written by generate_cifar10_tfrecords.py."""
 
     def __init__(
-        self, data_dir: str, subset: str = fmt.TRAIN, use_distortion: bool = True, seed=None, also=(), cutout: int = 0
+        self,
+        data_dir: str,
+        subset: str = fmt.TRAIN,
+        use_distortion: bool = True,
+        seed=None,
+        also=(),
+        cutout: int = 0,
+        crop_padding: int = PAD,
     ):
         """
         Args:
@@ -146,6 +157,7 @@ class Cifar10DataSet(object):
           subset: ``train``, ``validation`` or ``eval``.
           use_distortion: crop and flip training images (ignored for other subsets).
           cutout: with ``use_distortion``, also grey out a square of this side (0: none).
+          crop_padding: with ``use_distortion``, the padding before the random crop (0: flips only).
           seed: seed for shuffling and distortion; None draws one.
           also: further subsets to train on with ``train`` (``validation``: a final model on
             50,000 images); shuffled together, counted together.
@@ -160,7 +172,10 @@ class Cifar10DataSet(object):
             raise ValueError("only training reads several subsets, not %s." % subset)
         if not 0 <= cutout <= fmt.HEIGHT:
             raise ValueError("cutout %s must be a square side from 0 to %d pixels." % (cutout, fmt.HEIGHT))
+        if not 0 <= crop_padding <= MAX_PAD:
+            raise ValueError("crop padding %s must be from 0 to %d pixels." % (crop_padding, MAX_PAD))
         self.cutout = int(cutout)
+        self.crop_padding = int(crop_padding)
         self.data_dir = data_dir
         self.subset = subset
         self.also = tuple(s for s in also if s != subset)
@@ -228,13 +243,13 @@ class Cifar10DataSet(object):
             # shuffle buffer gives a true random permutation each epoch.
             records = records.shuffle(self.num_examples_per_epoch(), seed=self.seed, reshuffle_each_iteration=True)
             batches = records.repeat().batch(batch_size, drop_remainder=True).enumerate()
-            distort_images, cutout = self.use_distortion, self.cutout
+            distort_images, cutout, padding = self.use_distortion, self.cutout, self.crop_padding
 
             def parse(index, serialized):
                 images, labels = decode(serialized)
                 if distort_images:
                     seed = tf.stack([tf.cast(self.seed, tf.int64), index])
-                    images = _distort_to_float(images, seed, cutout)
+                    images = _distort_to_float(images, seed, cutout, padding)
                 else:
                     images = tf.cast(images, tf.float32)
                 images.set_shape([batch_size, fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH])

@@ -16,8 +16,8 @@ import math
 import shlex
 from dataclasses import dataclass, field
 
+from estimator import cifar10, cifar10_model, devices, schedules, time_budget
 from estimator import cifar10_format as fmt
-from estimator import cifar10_model, devices, schedules, time_budget
 from estimator.cluster import Cluster
 from estimator.model_base import COMPUTE_DTYPES, DATA_FORMATS
 
@@ -89,6 +89,9 @@ class HParams:
     # Side in pixels of the square greyed out of each training image after its crop (DeVries &
     # Taylor 2017); 0: none.
     cutout: int = 0
+    # Pixels of zero padding around each training image before its random 32x32 crop: shifts of up
+    # to that many pixels (4: He et al. 2016).
+    crop_padding: int = 4
     sync: bool = False
     num_intra_threads: int = 0
     num_inter_threads: int = 0
@@ -471,6 +474,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     flag("--use-distortion-for-training", "Pad, randomly crop and flip training images.", action=_BoolFlag)
     flag(
+        "--crop-padding",
+        "Pad training images by this many zero pixels on each side before the random 32x32 crop (4: He et al. "
+        "2016; 0: flips only).",
+        type=_int,
+    )
+    flag(
         "--cutout",
         "After the crop, grey out a square of this many pixels a side of each training image, centred on a "
         "random pixel (DeVries & Taylor 2017); 0: none.",
@@ -683,6 +692,11 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         raise ValueError("--ema-decay %s must be in [0, 1), e.g. 0.999 (0 turns the average off)." % args.ema_decay)
     if not 0 <= args.cutout <= fmt.HEIGHT:
         raise ValueError("--cutout %d must be a square side from 0 to %d pixels, e.g. 8." % (args.cutout, fmt.HEIGHT))
+    if not 0 <= args.crop_padding <= cifar10.MAX_PAD:
+        raise ValueError(
+            "--crop-padding %d must be from 0 to %d pixels, e.g. 4 (He et al. 2016) or 2."
+            % (args.crop_padding, cifar10.MAX_PAD)
+        )
     if args.cutout and not args.use_distortion_for_training:
         raise ValueError(
             "--cutout %d is a training distortion: drop it or drop --no-use-distortion-for-training." % args.cutout

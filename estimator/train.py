@@ -39,8 +39,15 @@ def input_fn(hp: hparams_lib.HParams, subset: str, seed=None):
         with tf.device("/cpu:0"):
             distort = training and hp.use_distortion_for_training
             also = [s for s in hp.train_subsets if s != fmt.TRAIN] if training else ()
-            cutout = hp.cutout if distort else 0
-            data = Cifar10DataSet(hp.data_dir, subset, use_distortion=distort, seed=seed, also=also, cutout=cutout)
+            data = Cifar10DataSet(
+                hp.data_dir,
+                subset,
+                use_distortion=distort,
+                seed=seed,
+                also=also,
+                cutout=hp.cutout if distort else 0,
+                crop_padding=hp.crop_padding,
+            )
             return data.make_batch(batch_size)
 
     return fn

@@ -66,24 +66,31 @@ def test_training_batches_without_distortion_are_a_shuffled_epoch(small):
     assert sorted(order) == list(range(14)) and order != list(range(14))
 
 
-def test_distortion_is_a_padded_crop_maybe_flipped():
+@pytest.mark.parametrize("padding,min_offsets", [(4, 20), (2, 12), (0, 1)])
+def test_distortion_is_a_padded_crop_maybe_flipped(padding, min_offsets):
     rng = np.random.RandomState(0)
     images = rng.randint(1, 256, size=(64, 32, 32, 3)).astype(np.uint8)  # no zeros inside
-    out = distort(tf.constant(images), tf.constant([5, 0], tf.int64)).numpy()
-    padded = np.pad(images, [(0, 0), (4, 4), (4, 4), (0, 0)])
+    out = distort(tf.constant(images), tf.constant([5, 0], tf.int64), padding=padding).numpy()
+    padded = np.pad(images, [(0, 0), (padding, padding), (padding, padding), (0, 0)])
     offsets, flips = set(), 0
+    shifts = range(2 * padding + 1)
     for i in range(64):
         match = [
             (dy, dx, f)
-            for dy in range(9)
-            for dx in range(9)
+            for dy in shifts
+            for dx in shifts
             for f in (0, 1)
             if np.array_equal(out[i], (lambda c: c[:, ::-1] if f else c)(padded[i, dy : dy + 32, dx : dx + 32]))
         ]
         assert match, "image %d is not a crop of its padded source" % i
         offsets.add(match[0][:2])
         flips += match[0][2]
-    assert len(offsets) > 20 and 16 < flips < 48  # really random, both ways
+    # Really random, both ways, and every shift within the padding (5 x 5 = 25 shifts for 2).
+    assert min_offsets <= len(offsets) <= len(shifts) ** 2 and 16 < flips < 48
+    if padding == 4:  # the default: the same draws as before the padding was a parameter
+        np.testing.assert_array_equal(out, distort(tf.constant(images), tf.constant([5, 0], tf.int64)).numpy())
+    with pytest.raises(ValueError, match="crop padding 17 must be from 0 to 16"):
+        Cifar10DataSet("", "train", crop_padding=17)
 
 
 def test_cutout_greys_one_clipped_square_and_leaves_the_crop_as_it_was():

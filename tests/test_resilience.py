@@ -46,6 +46,9 @@ def snapshot(directory):
         (["--health-input-mean-max", "0"], "--health-input-mean-max 0.0 must be positive"),
         (["--ema-decay", "1"], "--ema-decay 1.0 must be in \\[0, 1\\)"),
         (["--width-multiplier", "0.3"], "width multiplier 0.3 must be positive with 8 x it a whole number"),
+        (["--cutout", "33"], "--cutout 33 must be a square side from 0 to 32 pixels"),
+        (["--cutout", "8", "--no-use-distortion-for-training"], "--cutout 8 is a training distortion"),
+        (["--crop-padding=-1"], "--crop-padding -1 must be from 0 to 16 pixels"),
     ],
 )
 def test_numbers_are_checked_at_parse_time(mini_records, tmp_path, capsys, flags, message):
