@@ -9,6 +9,10 @@ training steps of the real network in each precision and takes the faster.
 The result is cached per CPU model, network and TensorFlow version in
 ``~/.cache/cifar10-resnet-estimator/precision_probe.json`` (``$CIFAR10_CACHE_DIR``
 overrides the directory), so later runs decide at once.
+
+The same probe times the evaluation's forward passes against training steps
+(``evaluation_speedup``): ``--time-budget`` reserves the end of the budget for
+the final evaluations from that ratio, which differs between CPUs and precisions.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import time
 CANDIDATES = ("fp32", "bf16")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 CACHE_FILE = "precision_probe.json"
+EVAL_CACHE_FILE = "evaluation_speed_probe.json"
 PROBE_WARMUP_STEPS = 3
 PROBE_STEPS = 8
 
@@ -46,11 +51,11 @@ def native_bf16(flags) -> bool:
     return any(flag in flags for flag in NATIVE_BF16_FLAGS)
 
 
-def cache_path() -> str:
+def cache_path(name: str = CACHE_FILE) -> str:
     base = os.environ.get("CIFAR10_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "cifar10-resnet-estimator"
     )
-    return os.path.join(base, CACHE_FILE)
+    return os.path.join(base, name)
 
 
 def cache_key(cpu_model: str, hp) -> str:
@@ -91,16 +96,17 @@ def _write_cache(path: str, cache: dict) -> None:
         pass  # a cache we cannot write costs a probe next time, nothing more
 
 
-def time_training_steps(hp, precision: str, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP_STEPS) -> float:
-    """Training images/s of the real network (forward, backward, momentum update) in ``precision``,
-    on random images of one tower's batch, in a graph and session of its own."""
+def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int) -> float:
+    """Images/s of one tower's batches of the real network on random images, in a graph and session of
+    its own: training steps (forward, backward, momentum update) or inference (forward with the moving
+    batch-norm statistics, at the evaluation batch size, as the evaluations run it)."""
     import numpy as np
     import tensorflow as tf
 
     from estimator.cifar10_model import ResNetCifar10
 
     v1 = tf.compat.v1
-    batch = hp.train_batch_size // len(hp.towers)
+    batch = (hp.train_batch_size if training else hp.eval_batch_size) // len(hp.towers)
     with tf.Graph().as_default():
         v1.set_random_seed(0)
         images = tf.constant(np.random.RandomState(0).uniform(0, 255, (batch, 32, 32, 3)).astype(np.float32))
@@ -108,7 +114,7 @@ def time_training_steps(hp, precision: str, steps: int = PROBE_STEPS, warmup: in
         with v1.variable_scope("resnet"):
             model = ResNetCifar10(
                 hp.num_layers,
-                True,
+                training,
                 hp.batch_norm_decay,
                 hp.batch_norm_epsilon,
                 hp.data_format,
@@ -117,8 +123,11 @@ def time_training_steps(hp, precision: str, steps: int = PROBE_STEPS, warmup: in
                 width_multiplier=hp.width_multiplier,
             )
             logits = model.forward_pass(images)
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-        step = v1.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
+        if training:
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+            step = v1.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
+        else:
+            step = tf.argmax(logits, axis=1)
         config = v1.ConfigProto(
             intra_op_parallelism_threads=hp.num_intra_threads, inter_op_parallelism_threads=hp.num_inter_threads
         )
@@ -130,6 +139,41 @@ def time_training_steps(hp, precision: str, steps: int = PROBE_STEPS, warmup: in
             for _ in range(steps):
                 sess.run(step)
             return steps * batch / (time.perf_counter() - start)
+
+
+def time_training_steps(hp, precision: str, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP_STEPS) -> float:
+    """Training images/s of the real network (forward, backward, momentum update) in ``precision``,
+    on random images of one tower's batch, in a graph and session of its own."""
+    return _timed_batches(hp, precision, True, steps, warmup)
+
+
+def time_evaluation_batches(hp, precision: str, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP_STEPS) -> float:
+    """Inference images/s of the real network in ``precision`` at one tower's evaluation batch."""
+    return _timed_batches(hp, precision, False, steps, warmup)
+
+
+def evaluation_speedup(hp, cpu=None, timers=(time_training_steps, time_evaluation_batches), cache_file=None):
+    """How many times training's images/s the evaluation runs, for ``hp``'s network in ``hp.precision``
+    on this CPU: both timed side by side (a few seconds) and cached like the precision probe.
+
+    ``--time-budget`` reserves the time of the final evaluations from it: the ratio depends on the
+    CPU and the precision (6.7 for ResNet-14 bf16 on a Xeon with AMX), so a fixed guess either
+    wastes the end of short budgets or overruns them.
+
+    Returns:
+      ``(ratio, probe)``: the ratio, and ``{"train": images/s, "eval": images/s}`` as measured.
+    """
+    cpu = cpu or cpu_info()
+    path = cache_file or cache_path(EVAL_CACHE_FILE)
+    cache = _read_cache(path)
+    key = "|".join((cache_key(cpu["model"], hp), hp.precision, str(hp.eval_batch_size // len(hp.towers))))
+    probe = cache.get(key)
+    if not probe or set(probe) != {"train", "eval"}:
+        train, evaluate = timers
+        probe = {"train": round(train(hp, hp.precision), 1), "eval": round(evaluate(hp, hp.precision), 1)}
+        cache[key] = probe
+        _write_cache(path, cache)
+    return probe["eval"] / probe["train"], dict(probe)
 
 
 def choose(hp, cpu=None, timer=time_training_steps, cache_file=None):

@@ -47,13 +47,19 @@ BUDGET_FILE = "budget.json"
 WARMUP_STEPS = 10
 # Evaluation runs this many times as many images per second as training (forward
 # only, large batches): measured 6.7x for ResNet-14 bf16 on a 2-core Xeon with AMX
-# (80,000 evaluated images in about 8 s); 4 keeps a margin.
+# (80,000 evaluated images in about 8 s). The trainer times it on the CPU at hand
+# (precision.evaluation_speedup); this is for GPUs, where it is not timed, with a margin.
 EVAL_SPEEDUP = 4.0
-# What the end of a run costs besides evaluating images: building the evaluation
-# graphs and restoring checkpoints (twice), two SavedModel exports, pictures and
-# curves.png: about 5 s measured on 2 cores (ResNet-14, 5-minute runs), but up to
-# 11 s in the first run of a fresh clone (nothing compiled or cached yet); kept with a margin.
-FINAL_FIXED_SECS = 14.0
+# Plan with this share of the measured ratio, a margin for the probe's few batches: the real
+# evaluations (larger graphs, records to decode, TTA views) still ran faster than the probe's
+# ratio (4.0) on a Zen 5, at about 4.7x training's images/s.
+MEASURED_EVAL_SPEEDUP_SHARE = 0.9
+# What the end of a run costs besides evaluating images: building the evaluation and
+# export graphs, restoring checkpoints, two SavedModel exports, pictures and curves.png.
+# Measured with the 5-minute recipe at a 90 s budget: about 8 s on a 2-core Xeon with AMX
+# (15.5 s in all, 7.3 s of it evaluating 80,000 images), at most 3 s on a 2-core Zen 5
+# (10.2 s in all). It was 14 s while a tf.data stall (docs/training.md) inflated the end.
+FINAL_FIXED_SECS = 8.0
 # Re-plan at most this often, and only when the plan would move by more than this.
 REPLAN_SECS = 15.0
 # The training speed assumed for the first steps, before any is measured (a 2-core CPU's
@@ -150,6 +156,9 @@ class Planner:
       final_images: images the evaluations after training will see (views counted).
       clock: ``time.monotonic`` or a simulated clock.
       guess_images_per_sec: the speed assumed before any is measured (the first steps only).
+      eval_speedup: evaluation images/s over training images/s on this machine
+        (``precision.evaluation_speedup``, measured); ``EVAL_SPEEDUP`` where not measured.
+      final_fixed_secs: what the end costs besides evaluating images, at least.
     """
 
     budget_secs: float
@@ -161,6 +170,7 @@ class Planner:
     guess_images_per_sec: float = GUESS_IMAGES_PER_SEC
     replan_secs: float = REPLAN_SECS
     final_fixed_secs: float = FINAL_FIXED_SECS
+    eval_speedup: float = EVAL_SPEEDUP
 
     def __post_init__(self):
         self.earlier_secs = self.state.used_secs  # what earlier runs of the job used
@@ -171,12 +181,15 @@ class Planner:
         self._mark = None  # (time, step) where the current speed measurement began
         self._last_check = None
         self.stopped_early = False
+        self.training_ended = None  # (clock, seconds reserved for the end) when training ended
+        self.setup_started = None  # when building the training graph began (``setup_begins``)
+        self.setup_secs = None  # from then until the first step could run
 
     # -- arithmetic ------------------------------------------------------------------------------
 
     def final_secs(self) -> float:
         """Time to keep for after training, at the current speed."""
-        eval_rate = EVAL_SPEEDUP * self.steps_per_sec * self.images_per_step
+        eval_rate = self.eval_speedup * self.steps_per_sec * self.images_per_step
         return self.final_fixed_secs + self.final_images / max(eval_rate, 1e-9)
 
     def training_deadline(self) -> float:
@@ -192,9 +205,15 @@ class Planner:
 
     # -- the run ---------------------------------------------------------------------------------
 
+    def setup_begins(self) -> None:
+        """Called as training's graph starts to be built: ``begin`` then measures the set-up."""
+        self.setup_started = self.clock()
+
     def begin(self, step: int) -> Plan:
         """The provisional plan from the guessed speed, continuing the progress of an earlier run."""
         now = self.clock()
+        if self.setup_started is not None:
+            self.setup_secs = now - self.setup_started
         self._mark = None
         self._last_check = now
         total = max(step + 1, self.steps_that_fit(step, now))
@@ -253,6 +272,11 @@ class Planner:
             self.stopped_early = True
             return True
         return False
+
+    def end_training(self) -> None:
+        """Notes when training ended and what the planner had kept for what follows (results.json
+        compares it with what that took)."""
+        self.training_ended = (self.clock(), self.final_secs())
 
     def record(self, step: int) -> BudgetState:
         """The state to save: time used so far (earlier runs and this one), step and progress."""
@@ -362,6 +386,7 @@ def hook(planner: Planner, job_dir: str, log):
                 run_context.request_stop()
 
         def end(self, session):
+            planner.end_training()
             self._save(int(session.run(self._step)))
 
     return _Hook()

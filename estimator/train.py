@@ -18,7 +18,7 @@ import tensorflow as tf
 import estimator
 from estimator import cifar10_format as fmt
 from estimator import cluster as cluster_lib
-from estimator import config, health, hooks, logs, storage, summaries, time_budget
+from estimator import config, health, hooks, logs, precision, storage, summaries, time_budget
 from estimator import hparams as hparams_lib
 from estimator.cifar10 import Cifar10DataSet
 from estimator.health import nonfinite
@@ -141,6 +141,17 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
         state = time_budget.BudgetState(hp.time_budget)
     probe = hp.precision_probe or {}
     guess = probe.get(hp.precision) or time_budget.GUESS_IMAGES_PER_SEC
+    speedup = time_budget.EVAL_SPEEDUP
+    if hp.num_gpus == 0:
+        # Timed on this CPU (cached after the first run): the time the final evaluations take.
+        ratio, timed = precision.evaluation_speedup(hp)
+        speedup = time_budget.MEASURED_EVAL_SPEEDUP_SHARE * ratio
+        logs.info(
+            "time budget: evaluation runs %.1fx training's images/s here (%s img/s); planning with %.1fx",
+            ratio,
+            ", ".join("%s %.0f" % kv for kv in sorted(timed.items())),
+            speedup,
+        )
     return time_budget.Planner(
         hp.time_budget,
         estimator.STARTED,
@@ -148,6 +159,7 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
         hp.global_batch_size,
         evaluation_images(hp),
         guess_images_per_sec=guess,
+        eval_speedup=speedup,
     )
 
 
@@ -208,6 +220,8 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
         train_hooks = None
     else:
         train_hooks = job_hooks.train
+    if planner:
+        planner.setup_begins()
     if hp.eval_policy == "final" and not hp.cluster.distributed:
         # Short runs: no evaluation until training is done, then one on the validation split.
         if train_hooks is not None:
@@ -285,8 +299,15 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
             replans=planner.state.replans,
             budget_used_by_earlier_runs_secs=round(planner.earlier_secs, 2),
             stopped_at_the_deadline=planner.stopped_early,
+            evaluation_speedup=round(planner.eval_speedup, 2),
         )
     results["wall_secs"] = round(time.monotonic() - estimator.STARTED, 2)
+    if planner is not None and planner.training_ended is not None:
+        # What the end of the run (evaluations, exports) took against what the plan kept for it.
+        ended, reserved = planner.training_ended
+        results.update(final_secs_reserved=round(reserved, 2), final_secs=round(time.monotonic() - ended, 2))
+        if planner.setup_secs is not None:
+            results["training_setup_secs"] = round(planner.setup_secs, 2)
     logs.info(
         "Final test evaluation at step %d: accuracy %.4f, loss %.4f on %d images",
         results["global_step"],

@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -13,6 +14,9 @@ from tests.helpers import MINI_ARCHIVE, MINI_SHA256, free_port
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # As estimator/__init__.py does, for test modules that import TensorFlow before the package.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+# The speed probes the trainer caches (precision, evaluation) go to a directory of this test
+# session's own, not the user's ~/.cache; jobs the tests start inherit it.
+os.environ.setdefault("CIFAR10_CACHE_DIR", tempfile.mkdtemp(prefix="cifar10-test-cache-"))
 
 
 @pytest.fixture(scope="session")
