@@ -45,7 +45,7 @@ def input_fn(hp: hparams_lib.HParams, subset: str, seed=None):
                 use_distortion=distort,
                 seed=seed,
                 also=also,
-                cutout=hp.cutout if distort else 0,
+                cutout=hp.cutout,
                 crop_padding=hp.crop_padding,
             )
             return data.make_batch(batch_size)
