@@ -41,6 +41,7 @@ def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
         "extra_flags": list(extra),
         "wall_seconds": round(wall, 1),
         "precision": hparams["precision"],
+        "network": hparams.get("network", "resnet"),
         "num_layers": hparams["num_layers"],
         **results,
     }

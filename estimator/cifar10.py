@@ -271,6 +271,19 @@ class Cifar10DataSet(object):
         pipeline = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return pipeline.prefetch(tf.data.AUTOTUNE).with_options(pipeline_options())
 
+    def first_images(self, count: int):
+        """The first ``count`` images (all, if the file holds fewer) of the subset's first file, in
+        file order and undistorted: float32 ``[n, 32, 32, 3]`` with values 0..255, read in the graph
+        when evaluated (AirbenchCifar10 estimates its whitening from them)."""
+        if count < 1:
+            raise ValueError("count must be positive, got %d." % count)
+        count = min(count, self.num_examples_per_epoch(self.subset))
+        records = tf.data.TFRecordDataset(self.get_filenames()[:1]).take(count).batch(count)
+        images, _ = tf.data.experimental.get_single_element(records.map(decode))
+        images = tf.cast(images, tf.float32)
+        images.set_shape([count, fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH])
+        return images
+
     def make_batch(self, batch_size: int):
         """``(images, labels)`` tensors of the next batch, for a graph-mode ``input_fn``."""
         return tf.compat.v1.data.make_one_shot_iterator(self.dataset(batch_size)).get_next()

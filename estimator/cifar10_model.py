@@ -100,3 +100,49 @@ class ResNetCifar10(model_base.ResNet):
             x = self._relu(self._batch_norm(x, name="final_bn"))
         x = self._global_avg_pool(x)
         return self._fully_connected(x, self.num_classes)
+
+
+# --network: the family of ResNetCifar10 (--num-layers, --resnet-version) or airbench94's network.
+NETWORKS = ("resnet", "airbench")
+
+
+def describe(hp) -> str:
+    """The network of ``hp`` in words, for logs and errors: "ResNet-14 v1 x2 wide", "airbench x1"."""
+    width = "" if hp.width_multiplier == 1 else " x%g wide" % hp.width_multiplier
+    if hp.network == "airbench":
+        return "airbench network%s" % width
+    return "ResNet-%d %s%s" % (hp.num_layers, hp.resnet_version, width)
+
+
+def build(hp, is_training: bool, precision: str = None, whitening_images=None):
+    """The network ``hp`` names (``hp.network``), at ``precision`` (default ``hp.precision``).
+
+    ``whitening_images``: for the airbench network, the images its whitening is estimated from
+    when variables are initialised (training from scratch); ignored by ResNets.
+    """
+    precision = precision or hp.precision
+    if hp.network == "airbench":
+        from estimator.airbench_model import AirbenchCifar10
+
+        return AirbenchCifar10(
+            is_training,
+            hp.batch_norm_decay,
+            hp.batch_norm_epsilon,
+            hp.data_format,
+            precision,
+            width_multiplier=hp.width_multiplier,
+            whitening_images=whitening_images,
+        )
+    if hp.network != "resnet":
+        raise ValueError("network %r is not one of %s." % (hp.network, ", ".join(NETWORKS)))
+    return ResNetCifar10(
+        hp.num_layers,
+        is_training=is_training,
+        batch_norm_decay=hp.batch_norm_decay,
+        batch_norm_epsilon=hp.batch_norm_epsilon,
+        data_format=hp.data_format,
+        version=hp.resnet_version,
+        precision=precision,
+        width_multiplier=hp.width_multiplier,
+        zero_init_residual=hp.zero_init_residual,
+    )

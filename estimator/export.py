@@ -12,7 +12,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from estimator import config  # noqa: E402
+from estimator import cifar10_model, config  # noqa: E402
 from estimator.serving import signatures  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     except (FileNotFoundError, FileExistsError, signatures.CheckpointMismatchError) as e:
         print("error: %s" % e, file=sys.stderr)
         return 1
-    print("Exported %s (ResNet-%d %s) to %s" % (checkpoint, hp.num_layers, hp.resnet_version, path))
+    print("Exported %s (%s) to %s" % (checkpoint, cifar10_model.describe(hp), path))
     return 0
 
 

@@ -49,6 +49,9 @@ class HParams:
     num_cpu_towers: int = 0
     num_layers: int = 44
     resnet_version: str = "v1"
+    # resnet: ResNetCifar10 (num_layers, resnet_version); airbench: airbench94's network
+    # (estimator.airbench_model), which ignores both.
+    network: str = "resnet"
     train_steps: int = 80000
     train_epochs: float = None
     # Seconds the whole command may take (estimator.time_budget plans the steps); None: off.
@@ -64,6 +67,9 @@ class HParams:
     lr_scaling: str = "none"
     nesterov: bool = False
     label_smoothing: float = 0.0
+    # Learning rate of the batch-norm shifts (beta) times this, their weight decay unchanged
+    # (airbench's bias_scaler, 64).
+    bias_lr_scale: float = 1.0
     precision: str = "fp32"
     # --precision auto: images/s of each precision the probe timed ({} where the CPU ruled bf16 out).
     precision_probe: dict = None
@@ -344,6 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
         "logic on machines without GPUs; no speed-up).",
         type=_int,
     )
+    flag(
+        "--network",
+        "resnet: the 6n+2-layer ResNets of He et al. (--num-layers, --resnet-version); airbench: the network of "
+        "Keller Jordan's airbench94 (a fixed whitening layer and three groups of two convolutions, 64/256/256 "
+        "filters times --width-multiplier), which learns more per epoch of a short run.",
+        choices=list(cifar10_model.NETWORKS),
+    )
     flag("--num-layers", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...", type=_int)
     flag(
         "--resnet-version",
@@ -402,6 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
     flag(
         "--label-smoothing",
         "Training targets (1 - e) one-hot + e/10 (Szegedy et al. 2016); evaluation reports the plain cross-entropy.",
+        type=_float,
+    )
+    flag(
+        "--bias-lr-scale",
+        "The learning rate of the batch-norm shifts times this, their weight decay unchanged (airbench: 64 with "
+        "--network airbench, whose batch norm has no scale).",
         type=_float,
     )
     flag(
@@ -683,10 +702,26 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
             % args.num_gpus
         )
     cifar10_model.check_width(args.width_multiplier)
+    if args.network == "airbench":
+        defaults = HParams(data_dir="", job_dir="")
+        given = [
+            "%s %s" % (flag_name(name), getattr(args, name))
+            for name in ("num_layers", "resnet_version", "zero_init_residual")
+            if getattr(args, name) != getattr(defaults, name)
+        ]
+        if given:
+            raise ValueError(
+                "%s shape a ResNet; --network airbench has its own fixed layers: drop them or use --network resnet."
+                % " and ".join(given)
+            )
     if args.zero_init_residual and args.resnet_version != "v1":
         raise ValueError(
             "--zero-init-residual zeroes the last batch norm of v1 residual units; %s units end with a convolution: "
             "drop it or use --resnet-version v1." % args.resnet_version
+        )
+    if not args.bias_lr_scale > 0:
+        raise ValueError(
+            "--bias-lr-scale %s must be positive, e.g. 64 (1: as every other variable)." % args.bias_lr_scale
         )
     if not 0 <= args.ema_decay < 1:
         raise ValueError("--ema-decay %s must be in [0, 1), e.g. 0.999 (0 turns the average off)." % args.ema_decay)

@@ -22,7 +22,7 @@ COMPUTE_DTYPES = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
 
 
 class ResNet(object):
-    """Layers and residual units shared by ResNet variants."""
+    """Layers and residual units shared by ResNet variants (and the layers of AirbenchCifar10)."""
 
     def __init__(
         self,
@@ -100,12 +100,16 @@ class ResNet(object):
         kernel = tf.cast(kernel, x.dtype)
         return tf.nn.conv2d(x, kernel, self._strides(strides), padding, data_format="NCHW" if self._nchw else "NHWC")
 
-    def _batch_norm(self, x, name: str = "bn", zero_gamma: bool = False):
-        """Batch norm; ``zero_gamma`` starts its scale at 0 (the branch starts as nothing)."""
+    def _batch_norm(self, x, name: str = "bn", zero_gamma: bool = False, scale: bool = True):
+        """Batch norm; ``zero_gamma`` starts its scale at 0 (the branch starts as nothing);
+        ``scale=False`` has no scale at all (1: only the shift is learnt, as airbench)."""
         channels = int(x.shape[self._channel_axis])
         with v1.variable_scope(name):
-            scale_init = v1.zeros_initializer() if zero_gamma else v1.ones_initializer()
-            gamma = v1.get_variable("gamma", [channels], initializer=scale_init)
+            if scale:
+                scale_init = v1.zeros_initializer() if zero_gamma else v1.ones_initializer()
+                gamma = v1.get_variable("gamma", [channels], initializer=scale_init)
+            else:
+                gamma = tf.ones([channels], tf.float32)
             beta = v1.get_variable("beta", [channels], initializer=v1.zeros_initializer())
             stat_collections = [v1.GraphKeys.GLOBAL_VARIABLES, v1.GraphKeys.MOVING_AVERAGE_VARIABLES]
             moving_mean, moving_variance = (

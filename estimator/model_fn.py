@@ -21,11 +21,11 @@ import itertools
 
 import tensorflow as tf
 
+from estimator import airbench_model, cifar10_model, devices, eval_metrics, time_budget
 from estimator import cifar10_format as fmt
-from estimator import devices, eval_metrics, time_budget
 from estimator import hooks as hooks_lib
 from estimator import hparams as hparams_lib
-from estimator.cifar10_model import ResNetCifar10
+from estimator.cifar10 import Cifar10DataSet
 from estimator.health import nonfinite, probes
 
 v1 = tf.compat.v1
@@ -82,7 +82,7 @@ def tower_fn(
     """Builds one tower.
 
     Args:
-      model: a ``ResNetCifar10``.
+      model: a network of ``cifar10_model.build`` (``ResNetCifar10`` or ``AirbenchCifar10``).
       images: ``[b, HEIGHT, WIDTH, DEPTH]`` float32, values 0..255, NHWC.
       labels: ``[b]`` int32, or None (PREDICT).
       weight_decay: L2 factor over all trainable variables (as the original).
@@ -131,6 +131,20 @@ def average_gradients(tower_grads_and_vars):
     return averaged
 
 
+def scale_bias_gradients(gradvars, scale: float, weight_decay: float):
+    """Gradients of the batch-norm shifts (``.../beta``) with their data part times ``scale`` and their
+    weight decay as it was: with momentum SGD, their learning rate times ``scale`` and the same decay
+    per step (airbench's bias_scaler: shifts learn fast, and nothing else in its batch norm learns)."""
+    scaled = []
+    for grad, var in gradvars:
+        if grad is not None and var.op.name.endswith("/beta"):
+            with v1.device(var.device):
+                decay = weight_decay * tf.cast(var, grad.dtype)
+                grad = (grad - decay) * scale + decay
+        scaled.append((grad, var))
+    return scaled
+
+
 def predictions_of(logits):
     """What PREDICT returns and exports serve: class ids, their names, probabilities."""
     classes = tf.argmax(logits, axis=1, output_type=tf.int32)
@@ -149,22 +163,17 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, 
     image_shards = split_batch(images, len(tower_list))
     label_shards = split_batch(labels, len(tower_list)) if labels is not None else [None] * len(tower_list)
     params_device = devices.parameter_devices(hp.variable_strategy, tower_list)
+    whitening = None
+    if is_training and hp.network == "airbench":
+        # Read only when variables are initialised (a fresh start), on the parameter device.
+        with v1.device(devices.consolidation_device(hp.variable_strategy)):
+            whitening = Cifar10DataSet(hp.data_dir, fmt.TRAIN).first_images(airbench_model.WHITEN_IMAGES)
     outputs, update_ops, first = [], [], None
     for i, device in enumerate(tower_list):
         with tf.name_scope("tower_%d" % i) as scope, v1.variable_scope("resnet", reuse=reuse or bool(i)), v1.device(
             devices.device_setter(device, params_device)
         ):
-            model = ResNetCifar10(
-                hp.num_layers,
-                is_training=is_training,
-                batch_norm_decay=hp.batch_norm_decay,
-                batch_norm_epsilon=hp.batch_norm_epsilon,
-                data_format=hp.data_format,
-                version=hp.resnet_version,
-                precision=hp.precision,
-                width_multiplier=hp.width_multiplier,
-                zero_init_residual=hp.zero_init_residual,
-            )
+            model = cifar10_model.build(hp, is_training, whitening_images=whitening)
             outputs.append(
                 tower_fn(
                     model,
@@ -231,6 +240,8 @@ def _training_spec(hp, features, labels, mode, config):
         train_accuracy = tf.reduce_mean(correct, name=_op_name(TRAIN_ACCURACY))
         cross_entropy = tf.reduce_mean([o.cross_entropy for o in outputs], name=_op_name(CROSS_ENTROPY))
         gradvars = average_gradients([o.grads_and_vars for o in outputs])
+        if hp.bias_lr_scale != 1:
+            gradvars = scale_bias_gradients(gradvars, hp.bias_lr_scale, hp.weight_decay)
         if hp.precision != "fp16":
             nonfinite.add_gradient_flags(gradvars)
         if hp.health_checks != "off":

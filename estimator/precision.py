@@ -66,6 +66,7 @@ def cache_key(cpu_model: str, hp) -> str:
         for v in (
             cpu_model,
             tf.__version__,
+            hp.network,
             hp.num_layers,
             hp.resnet_version,
             hp.width_multiplier,
@@ -103,7 +104,7 @@ def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int) 
     import numpy as np
     import tensorflow as tf
 
-    from estimator.cifar10_model import ResNetCifar10
+    from estimator import cifar10_model
 
     v1 = tf.compat.v1
     batch = (hp.train_batch_size if training else hp.eval_batch_size) // len(hp.towers)
@@ -112,16 +113,7 @@ def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int) 
         images = tf.constant(np.random.RandomState(0).uniform(0, 255, (batch, 32, 32, 3)).astype(np.float32))
         labels = tf.constant(np.arange(batch) % 10, tf.int32)
         with v1.variable_scope("resnet"):
-            model = ResNetCifar10(
-                hp.num_layers,
-                training,
-                hp.batch_norm_decay,
-                hp.batch_norm_epsilon,
-                hp.data_format,
-                hp.resnet_version,
-                precision,
-                width_multiplier=hp.width_multiplier,
-            )
+            model = cifar10_model.build(hp, training, precision)
             logits = model.forward_pass(images)
         if training:
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))

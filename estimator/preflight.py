@@ -17,7 +17,7 @@ from estimator import logs
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 logs.quiet_imports()
 
-from estimator import config, storage  # noqa: E402
+from estimator import cifar10_model, config, storage  # noqa: E402
 from estimator import hparams as hparams_lib  # noqa: E402
 
 
@@ -50,8 +50,8 @@ def main(argv=None) -> int:
     from estimator.health import before_run
 
     print(
-        "Pre-flight checks of ResNet-%d %s (%s, %s) on %s"
-        % (hp.num_layers, hp.resnet_version, hp.precision, hp.data_format, hp.data_dir)
+        "Pre-flight checks of %s (%s, %s) on %s"
+        % (cifar10_model.describe(hp), hp.precision, hp.data_format, hp.data_dir)
     )
     print("%-32s %-6s  %s" % ("check", "result", "detail"))
     checks = before_run.run_checks(hp, output, log=print)

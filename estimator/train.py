@@ -17,8 +17,8 @@ import tensorflow as tf
 
 import estimator
 from estimator import cifar10_format as fmt
+from estimator import cifar10_model, config, health, hooks, logs, precision, storage, summaries, time_budget
 from estimator import cluster as cluster_lib
-from estimator import config, health, hooks, logs, precision, storage, summaries, time_budget
 from estimator import hparams as hparams_lib
 from estimator.cifar10 import Cifar10DataSet
 from estimator.health import nonfinite
@@ -332,18 +332,15 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
         if hp.train_steps
         else "a time budget of %s" % (time_budget.format_duration(hp.time_budget))
     )
-    width = "" if hp.width_multiplier == 1 else " x%g wide" % hp.width_multiplier
     probe = ""
     if hp.precision_probe:
         probe = " (auto: %s img/s)" % ", ".join("%s %.0f" % kv for kv in sorted(hp.precision_probe.items()))
     elif hp.precision_probe is not None:
         probe = " (auto: this CPU lacks native bf16)"
     logs.info(
-        "ResNet-%d %s%s, %s%s, %s of %d images, %s schedule (peak learning rate %.4g), %d tower(s) on "
+        "%s, %s%s, %s of %d images, %s schedule (peak learning rate %.4g), %d tower(s) on "
         "%s, %d images per tower per step; all hyperparameters in %s",
-        hp.num_layers,
-        hp.resnet_version,
-        width,
+        cifar10_model.describe(hp),
         hp.precision,
         probe,
         length,

@@ -56,6 +56,9 @@ def test_gradient_rules_boundaries():
     assert value == 10.5 and "b/kernel" in finding[1] and "far too high" in finding[1]
     value, finding = rules.update_ratio(names, [5e-9, 1e-3], 1e-8, 10)
     assert value == 5e-9 and "a/kernel" in finding[1] and "barely moves" in finding[1]
+    # A learning rate of 0 (onecycle's first step) moves nothing by design: not judged.
+    assert rules.update_ratio(names, [0.0, 0.0], 1e-8, 10) == (0.0, None)
+    assert rules.update_ratio(names, [0.0, 1e-3], 1e-8, 10)[1] is not None
 
 
 def test_dead_relu_rule_needs_a_full_window_and_counts_channels():

@@ -28,9 +28,8 @@ import numpy as np
 import tensorflow as tf
 
 from estimator import cifar10_format as fmt
-from estimator import pictures, storage
+from estimator import cifar10_model, pictures, storage
 from estimator.cifar10 import Cifar10DataSet, pipeline_options
-from estimator.cifar10_model import ResNetCifar10
 from estimator.health import rules
 
 v1 = tf.compat.v1
@@ -42,15 +41,7 @@ BASELINE_BATCH, BASELINE_STEPS, BASELINE_EVAL_IMAGES, BASELINE_MARGIN = 64, 100,
 
 
 def _model(hp, is_training: bool):
-    return ResNetCifar10(
-        hp.num_layers,
-        is_training,
-        hp.batch_norm_decay,
-        hp.batch_norm_epsilon,
-        hp.data_format,
-        hp.resnet_version,
-        hp.precision,
-    )
+    return cifar10_model.build(hp, is_training)
 
 
 def _xent(logits, labels):

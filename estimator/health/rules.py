@@ -84,7 +84,12 @@ def exploding_gradients(norm: float, history, factor: float, min_history: int = 
 
 
 def update_ratio(names, ratios, low: float, high: float):
-    """learning rate x |gradient| / |weights| per layer (the SGD update's relative size)."""
+    """learning rate x |gradient| / |weights| per layer (the SGD update's relative size).
+
+    All zero is a learning rate of 0 (the first step of a warm-up from 0, as onecycle's): nothing
+    moves by design, and nothing is judged (gradients that vanish have their own rule)."""
+    if not any(ratios):
+        return 0.0, None
     worst = max(range(len(ratios)), key=lambda j: abs(math.log10(max(ratios[j], 1e-30)) + 3))
     value = float(ratios[worst])
     if low <= value <= high:

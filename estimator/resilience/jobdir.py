@@ -38,7 +38,7 @@ HEARTBEAT_SECS = 30.0
 STALE_SECS = 300.0
 
 # What shapes the checkpoint: its variables and their shapes.
-NETWORK_FLAGS = ("num_layers", "resnet_version", "width_multiplier")
+NETWORK_FLAGS = ("network", "num_layers", "resnet_version", "width_multiplier")
 
 
 class JobDirBusyError(RuntimeError):

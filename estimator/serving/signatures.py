@@ -24,6 +24,7 @@ import uuid
 import tensorflow as tf
 
 from estimator import cifar10_format as fmt
+from estimator import cifar10_model
 from estimator.model_fn import model_fn, restore_map
 
 v1 = tf.compat.v1
@@ -91,9 +92,9 @@ def check_checkpoint(checkpoint_path: str, variables, hp) -> None:
         if stored.get(name) != shape:
             found = "missing" if name not in stored else "shaped %s" % stored[name]
             raise CheckpointMismatchError(
-                "%s does not hold a ResNet-%d %s: its variable %s is %s (want %s). It was trained with other "
+                "%s does not hold a %s: its variable %s is %s (want %s). It was trained with other --network, "
                 "--num-layers, --resnet-version, --width-multiplier or --ema-decay: pass the job's own hparams "
-                "(--job-dir of that job)." % (checkpoint_path, hp.num_layers, hp.resnet_version, name, found, shape)
+                "(--job-dir of that job)." % (checkpoint_path, cifar10_model.describe(hp), name, found, shape)
             )
 
 

@@ -1,0 +1,175 @@
+"""--network airbench: the whitening layer, dirac initialisation, the network's shape, and a real run."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator import airbench_model, cifar10_model
+from estimator.cifar10 import Cifar10DataSet
+from estimator.model_fn import model_fn
+from tests.helpers import hp, run_job, run_module
+
+v1 = tf.compat.v1
+
+
+def _patches(images):
+    """Every 2x2 patch of ``images / 128 - 1`` as a (row, column, channel) vector, by hand."""
+    x = images / 128.0 - 1.0
+    n, h, w, c = x.shape
+    out = np.stack([x[:, i : i + 2, j : j + 2, :].reshape(n, 12) for i in range(h - 1) for j in range(w - 1)], 1)
+    return out.reshape(-1, 12).astype(np.float64)
+
+
+def test_whitening_kernel_decorrelates_the_patches_it_was_computed_from(mini_records):
+    with tf.Graph().as_default(), v1.Session() as sess:
+        images = Cifar10DataSet(mini_records, "train").first_images(300)
+        kernel = airbench_model.whitening_kernel(images)
+        images, kernel = sess.run([images, kernel])
+    assert images.shape == (300, 32, 32, 3) and kernel.shape == (2, 2, 3, 24)
+    # The second 12 filters are the first 12 negated (airbench: both signs pass the GELU).
+    np.testing.assert_array_equal(kernel[..., 12:], -kernel[..., :12])
+    patches = _patches(images)
+    outputs = patches @ kernel.reshape(12, 24)[:, :12].astype(np.float64)
+    covariance = outputs.T @ outputs / len(outputs)
+    # Exactly diag(l / (l + eps)) for the eigenvalues l of the patches' covariance.
+    eigenvalues = np.linalg.eigvalsh(patches.T @ patches / len(patches))
+    expected = eigenvalues / (eigenvalues + airbench_model.WHITEN_EPS * eigenvalues.mean())
+    np.testing.assert_allclose(np.sort(np.diag(covariance)), np.sort(expected), rtol=2e-3)
+    np.testing.assert_allclose(covariance - np.diag(np.diag(covariance)), 0, atol=2e-3)
+    assert expected.max() > 0.99 and expected.min() < 0.9  # the eps matters only for the flattest directions
+
+
+def test_first_images_are_the_files_first_records_and_refuse_zero(mini_records):
+    data = Cifar10DataSet(mini_records, "train")
+    with tf.Graph().as_default(), v1.Session() as sess:
+        first = sess.run(data.first_images(5))
+        everything = sess.run(data.first_images(10**6))  # all there are
+    assert first.shape == (5, 32, 32, 3) and everything.shape == (4068, 32, 32, 3)
+    np.testing.assert_array_equal(first, everything[:5])
+    with pytest.raises(ValueError, match="count must be positive, got 0"):
+        data.first_images(0)
+
+
+def test_dirac_convolution_starts_by_passing_its_input_on():
+    x = np.random.RandomState(0).normal(size=(2, 8, 8, 4)).astype(np.float32)
+    with tf.Graph().as_default(), v1.Session() as sess:
+        kernel = airbench_model.dirac_initializer([3, 3, 4, 6])
+        y = sess.run(tf.nn.conv2d(x, kernel, 1, "SAME"))
+        k = sess.run(kernel)
+    np.testing.assert_allclose(y[..., :4], x, atol=1e-6)  # identity filters
+    assert np.abs(k[..., 4:]).max() <= 1 / np.sqrt(36) and np.abs(k[..., 4:]).max() > 0.05  # PyTorch's default
+
+
+def test_network_shape_and_parameter_count():
+    # Trainable: the whitening bias (24), 3x3 kernels 24-64-64-256-256-256-256, six batch-norm
+    # shifts, the 256x10 classifier; the 2x2x3x24 whitening kernel is fixed.
+    trainable = 24 + 9 * (24 * 64 + 64 * 64 + 64 * 256 + 3 * 256 * 256) + 2 * (64 + 256 + 256) + 2560
+    assert trainable == 1971352
+    with tf.Graph().as_default():
+        model = cifar10_model.build(hp(network="airbench"), True)
+        logits = model.forward_pass(tf.zeros([2, 32, 32, 3]))
+        assert logits.shape == (2, 10) and logits.dtype == tf.float32
+        assert sum(v.shape.num_elements() for v in v1.trainable_variables()) == trainable
+        fixed = [v for v in v1.global_variables() if v not in v1.trainable_variables()]
+        assert [(v.op.name, v.shape.as_list()) for v in fixed if "moving" not in v.op.name] == [
+            ("whiten/kernel", [2, 2, 3, 24])
+        ]
+        assert not [v for v in v1.global_variables() if "gamma" in v.op.name]  # batch norm without scale
+    assert cifar10_model.describe(hp(network="airbench", width_multiplier=0.5)) == "airbench network x0.5 wide"
+    assert cifar10_model.describe(hp(num_layers=14, width_multiplier=2)) == "ResNet-14 v1 x2 wide"
+
+
+def test_both_data_formats_compute_the_same_function():
+    images = np.random.RandomState(0).uniform(0, 255, size=(3, 32, 32, 3)).astype(np.float32)
+
+    def logits(data_format, values=None):
+        with tf.Graph().as_default():
+            model = cifar10_model.build(hp(network="airbench", data_format=data_format, width_multiplier=0.25), False)
+            out = model.forward_pass(tf.constant(images))
+            with v1.Session() as sess:
+                sess.run(v1.global_variables_initializer())
+                if values is not None:
+                    for var in v1.global_variables():
+                        var.load(values[var.op.name], sess)
+                return sess.run(out), {v.op.name: sess.run(v) for v in v1.global_variables()}
+
+    nhwc, values = logits("channels_last")
+    nchw, _ = logits("channels_first", values)
+    np.testing.assert_allclose(nchw, nhwc, rtol=1e-4, atol=1e-5)
+    assert np.abs(nhwc).max() > 1e-3
+
+
+@pytest.mark.parametrize("towers", [1, 2])
+def test_model_fn_initialises_the_whitening_from_the_training_records(mini_records, towers):
+    params = hp(network="airbench", data_dir=mini_records, width_multiplier=0.25, num_cpu_towers=towers)
+    with tf.Graph().as_default():
+        v1.train.create_global_step()
+        images = tf.random.uniform([6, 32, 32, 3], 0, 255, seed=1)
+        spec = model_fn(images, tf.constant([3, 1, 4, 1, 5, 9]), tf.estimator.ModeKeys.TRAIN, params)
+        expected = airbench_model.whitening_kernel(Cifar10DataSet(mini_records, "train").first_images(5000))
+        (kernel,) = [v for v in v1.global_variables() if v.op.name == "resnet/whiten/kernel"]
+        with v1.Session(config=v1.ConfigProto(device_count={"CPU": towers})) as sess:
+            sess.run(v1.global_variables_initializer())
+            before = sess.run(kernel)
+            np.testing.assert_allclose(before, sess.run(expected), rtol=1e-5, atol=1e-6)
+            sess.run(spec.train_op)
+            np.testing.assert_array_equal(sess.run(kernel), before)  # fixed: not trained
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        ("--num-layers 14", "--num-layers 14 shape a ResNet; --network airbench has its own fixed layers"),
+        ("--resnet-version v2 --zero-init-residual", "--resnet-version v2 and --zero-init-residual True shape"),
+    ],
+)
+def test_resnet_flags_are_refused_with_airbench(mini_records, tmp_path, capsys, flags, message):
+    from estimator import cifar10_main
+
+    argv = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0", "--network", "airbench"]
+    with pytest.raises(SystemExit) as e:
+        cifar10_main.parse(argv + flags.split())
+    assert e.value.code == 2 and message in capsys.readouterr().err
+    assert not os.path.exists(str(tmp_path / "j"))
+
+
+@pytest.mark.slow
+def test_an_airbench_job_trains_exports_predicts_and_refuses_a_resnet_restart(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    eval_records = os.path.join(mini_records, "eval.tfrecords")
+    small = "--num-gpus 0 --network airbench --width-multiplier 0.25 --train-batch-size 32 --eval-batch-size 339"
+    code, out = run_job(mini_records, job, *small.split(), *"--train-steps 3 --eval-policy final --eval-tta".split())
+    assert code == 0, out[-3000:]
+    results = json.load(open(os.path.join(job, "results.json")))
+    assert results["global_step"] == 3 and 0 <= results["accuracy_tta"] <= 1
+    assert json.load(open(os.path.join(job, "hparams.json")))["hparams"]["network"] == "airbench"
+    assert "airbench network x0.25 wide, fp32" in out
+    # The export holds the trained network: predicting the test records gives the evaluation's accuracy.
+    rc, scored, err = run_module(
+        "estimator.predict", "--model", os.path.join(job, "export", "final"), "--records", eval_records, "--json"
+    )
+    assert rc == 0, err
+    assert round(json.loads(scored)["accuracy"] * 1017) == round(results["accuracy"] * 1017)
+    code, out = run_job(mini_records, job, "--num-gpus", "0", "--train-steps", "4", "--train-batch-size", "32")
+    assert code == 2 and "--network is resnet here, airbench in its hparams.json" in out, out[-2000:]
+
+
+def test_bias_gradients_scale_their_data_part_and_keep_their_decay():
+    from estimator.model_fn import scale_bias_gradients
+
+    with tf.Graph().as_default():
+        beta = v1.get_variable("bn/beta", initializer=[2.0, -1.0])
+        kernel = v1.get_variable("conv/kernel", initializer=[3.0])
+        unused = v1.get_variable("bn2/beta", initializer=[1.0])
+        gradvars = [(tf.constant([1.0, 1.0]), beta), (tf.constant([5.0]), kernel), (None, unused)]
+        scaled = scale_bias_gradients(gradvars, 64.0, 0.1)
+        assert [v for _, v in scaled] == [beta, kernel, unused] and scaled[2][0] is None
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            beta_grad, kernel_grad = sess.run([scaled[0][0], scaled[1][0]])
+    # beta: data part 1 - 0.1 x beta = (0.8, 1.1), times 64, plus the decay (0.2, -0.1) again.
+    np.testing.assert_allclose(beta_grad, [0.8 * 64 + 0.2, 1.1 * 64 - 0.1], rtol=1e-6)
+    assert kernel_grad.tolist() == [5.0]  # only batch-norm shifts
