@@ -19,7 +19,8 @@ import tempfile
 import time
 
 from benchmarks.common import print_machine, write_result
-from estimator import processes
+from estimator import cifar10_model, processes
+from estimator.hparams import HParams
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,7 +42,7 @@ def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
         "extra_flags": list(extra),
         "wall_seconds": round(wall, 1),
         "precision": hparams["precision"],
-        "network": hparams.get("network", "resnet"),
+        "network": cifar10_model.describe(HParams.from_dict(hparams)),
         "num_layers": hparams["num_layers"],
         **results,
     }
@@ -67,12 +68,12 @@ def main(argv=None):
             row = run_recipe(os.path.abspath(recipe), os.path.abspath(args.data_dir), job, extra)
             rows.append(row)
             print(
-                "%-28s %-5s ResNet-%-3d steps %6d  wall %7.1f s  train %7.1f s  test acc %.4f  flip-TTA %s  "
+                "%-28s %-5s %-22s steps %6d  wall %7.1f s  train %7.1f s  test acc %.4f  flip-TTA %s  "
                 "TTA %s  validation %s"
                 % (
                     row["recipe"],
                     row["precision"],
-                    row["num_layers"],
+                    row["network"],
                     row["global_step"],
                     row["wall_seconds"],
                     row["train_seconds"],

@@ -9,10 +9,10 @@ identities ("dirac" initialisation). About as many FLOPs per image as ResNet-14 
 width, and it learns much more per epoch: airbench reaches 94% on CIFAR-10 in 10 epochs.
 
 What this package takes from airbench is the network and its initialisation; its training
-recipe (label smoothing 0.2, Nesterov momentum 0.85, batch 1024, shifts of 2 pixels, test-time
-flips and translations) is spelled out in flags (recipes/cpu_5min.args). Left out: Lookahead
-(``--ema-decay`` is ours), the 64x learning rate of batch-norm shifts, alternating flips, and
-freezing the whitening bias after 3 epochs.
+recipe (label smoothing 0.2, Nesterov momentum 0.85, shifts of 2 pixels, test-time flips and
+translations, the 64x learning rate of the batch-norm shifts: ``--bias-lr-scale``) is spelled out
+in flags (recipes/cpu_5min.args). Left out: Lookahead (``--ema-decay`` is ours), alternating
+flips, and freezing the whitening bias after 3 epochs.
 """
 
 from __future__ import annotations

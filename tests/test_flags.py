@@ -249,3 +249,21 @@ def test_records_of_another_count_are_refused(mini_records, tmp_path, capsys):
     json.dump(manifest, open(manifest_path, "w"))
     err = parse_error(capsys, ["--data-dir", data, "--job-dir", str(tmp_path / "job"), "--num-gpus", "0"])
     assert "%s holds 1,015 records but cifar10_manifest.json says 1,017" % path in err
+
+
+RECIPES = sorted(
+    os.path.join("recipes", name)
+    for name in os.listdir(os.path.join(os.path.dirname(os.path.dirname(__file__)), "recipes"))
+    if name.endswith(".args")
+)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_parses_and_validates(recipe):
+    # GPU recipes are validated as if their GPUs were there; --precision auto is not probed here.
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    args = hparams_lib.build_parser().parse_args(
+        ["@" + os.path.join(repo, recipe), "--data-dir", "d", "--job-dir", "j"]
+    )
+    hparams_lib.validate(args, cluster_lib.Cluster(), gpus_visible=args.num_gpus)
+    assert len(RECIPES) == 4 and args.time_budget in (None, 300.0, 1800.0)
