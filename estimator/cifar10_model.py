@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from estimator import airbench_model, model_base
 from estimator import cifar10_format as fmt
-from estimator import model_base
 
 VERSIONS = ("v1", "v2", "bottleneck_v2")
 
@@ -107,7 +107,7 @@ NETWORKS = ("resnet", "airbench")
 
 
 def describe(hp) -> str:
-    """The network of ``hp`` in words, for logs and errors: "ResNet-14 v1 x2 wide", "airbench x1"."""
+    """The network of ``hp`` in words, for logs and errors: "ResNet-14 v1 x2 wide", "airbench network"."""
     width = "" if hp.width_multiplier == 1 else " x%g wide" % hp.width_multiplier
     if hp.network == "airbench":
         return "airbench network%s" % width
@@ -122,9 +122,7 @@ def build(hp, is_training: bool, precision: str = None, whitening_images=None):
     """
     precision = precision or hp.precision
     if hp.network == "airbench":
-        from estimator.airbench_model import AirbenchCifar10
-
-        return AirbenchCifar10(
+        return airbench_model.AirbenchCifar10(
             is_training,
             hp.batch_norm_decay,
             hp.batch_norm_epsilon,
