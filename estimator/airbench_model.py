@@ -81,10 +81,10 @@ def dirac_initializer(shape, dtype=tf.float32, partition_info=None):
 class AirbenchCifar10(model_base.ResNet):
     """Airbench94's network with 10 logits; ``width_multiplier`` scales its 64/256/256 filters.
 
-    ``whitening_images``: float32 images ``[N, 32, 32, 3]`` (values 0..255) the whitening
-    kernel's initial value is computed from, in the graph, when variables are initialised
-    (a checkpoint restores it instead). None (evaluation, export, speed probes): a placeholder
-    initial value (``dirac_initializer``'s), which a restored checkpoint replaces.
+    ``whitening``: the whitening kernel's initial value (``whitening_kernel`` of training images),
+    used when variables are initialised (a checkpoint restores it instead). None (evaluation,
+    export, speed probes): a placeholder initial value (``dirac_initializer``'s), which a restored
+    checkpoint replaces.
     """
 
     def __init__(
@@ -95,12 +95,12 @@ class AirbenchCifar10(model_base.ResNet):
         data_format: str = "channels_last",
         precision: str = "fp32",
         width_multiplier: float = 1.0,
-        whitening_images=None,
+        whitening=None,
     ):
         super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision)
         self.num_classes = fmt.NUM_CLASSES
         self.widths = [int(round(w * width_multiplier)) for w in WIDTHS]
-        self.whitening_images = whitening_images
+        self.whitening = whitening
 
     def _act(self, x):
         y = tf.nn.gelu(x)
@@ -125,8 +125,8 @@ class AirbenchCifar10(model_base.ResNet):
     def _whiten(self, x):
         with v1.variable_scope("whiten"):
             shape = [WHITEN_SIZE, WHITEN_SIZE, fmt.DEPTH, WHITEN_FILTERS]
-            if self.whitening_images is not None:
-                kernel = v1.get_variable("kernel", initializer=whitening_kernel(self.whitening_images), trainable=False)
+            if self.whitening is not None:
+                kernel = v1.get_variable("kernel", initializer=self.whitening, trainable=False)
             else:
                 kernel = v1.get_variable("kernel", shape, initializer=dirac_initializer, trainable=False)
             bias = v1.get_variable("bias", [WHITEN_FILTERS], initializer=v1.zeros_initializer())

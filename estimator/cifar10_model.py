@@ -114,11 +114,12 @@ def describe(hp) -> str:
     return "ResNet-%d %s%s" % (hp.num_layers, hp.resnet_version, width)
 
 
-def build(hp, is_training: bool, precision: str = None, whitening_images=None):
+def build(hp, is_training: bool, precision: str = None, whitening=None):
     """The network ``hp`` names (``hp.network``), at ``precision`` (default ``hp.precision``).
 
-    ``whitening_images``: for the airbench network, the images its whitening is estimated from
-    when variables are initialised (training from scratch); ignored by ResNets.
+    ``whitening``: for the airbench network, the initial value of its whitening kernel
+    (``airbench_model.whitening_kernel``), used when variables are initialised (training from
+    scratch); ignored by ResNets.
     """
     precision = precision or hp.precision
     if hp.network == "airbench":
@@ -129,7 +130,7 @@ def build(hp, is_training: bool, precision: str = None, whitening_images=None):
             hp.data_format,
             precision,
             width_multiplier=hp.width_multiplier,
-            whitening_images=whitening_images,
+            whitening=whitening,
         )
     if hp.network != "resnet":
         raise ValueError("network %r is not one of %s." % (hp.network, ", ".join(NETWORKS)))
