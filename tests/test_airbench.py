@@ -149,7 +149,14 @@ def test_an_airbench_job_trains_exports_predicts_and_refuses_a_resnet_restart(mi
     assert "airbench network x0.25 wide, fp32" in out
     # The export holds the trained network: predicting the test records gives the evaluation's accuracy.
     rc, scored, err = run_module(
-        "estimator.predict", "--model", os.path.join(job, "export", "final"), "--records", eval_records, "--json"
+        "estimator.predict",
+        "--model",
+        os.path.join(job, "export", "final"),
+        "--records",
+        eval_records,
+        "--json",
+        "--confusion-matrix",
+        str(tmp_path / "cm.png"),
     )
     assert rc == 0, err
     assert round(json.loads(scored)["accuracy"] * 1017) == round(results["accuracy"] * 1017)
