@@ -98,6 +98,9 @@ class HParams:
     # Pixels of zero padding around each training image before its random 32x32 crop: shifts of up
     # to that many pixels (4: He et al. 2016).
     crop_padding: int = 4
+    # How training images are mirrored: random (probability 1/2) or alternate (airbench: a random
+    # first view, then the other one every next epoch).
+    flip: str = "random"
     sync: bool = False
     num_intra_threads: int = 0
     num_inter_threads: int = 0
@@ -499,6 +502,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_int,
     )
     flag(
+        "--flip",
+        "How training images are mirrored: random (each with probability 1/2) or alternate (airbench: each "
+        "image's first view at random, then the other view every next epoch, so every two epochs show both).",
+        choices=list(cifar10.FLIPS),
+    )
+    flag(
         "--cutout",
         "After the crop, grey out a square of this many pixels a side of each training image, centred on a "
         "random pixel (DeVries & Taylor 2017); 0: none.",
@@ -735,6 +744,10 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
     if args.cutout and not args.use_distortion_for_training:
         raise ValueError(
             "--cutout %d is a training distortion: drop it or drop --no-use-distortion-for-training." % args.cutout
+        )
+    if args.flip != "random" and not args.use_distortion_for_training:
+        raise ValueError(
+            "--flip %s is a training distortion: drop it or drop --no-use-distortion-for-training." % args.flip
         )
     if fmt.VALIDATION in args.train_subsets and cluster.distributed:
         raise ValueError(

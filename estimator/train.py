@@ -47,6 +47,7 @@ def input_fn(hp: hparams_lib.HParams, subset: str, seed=None):
                 also=also,
                 cutout=hp.cutout,
                 crop_padding=hp.crop_padding,
+                flip=hp.flip,
             )
             return data.make_batch(batch_size)
 

@@ -49,6 +49,8 @@ def snapshot(directory):
         (["--cutout", "33"], "--cutout 33 must be a square side from 0 to 32 pixels"),
         (["--cutout", "8", "--no-use-distortion-for-training"], "--cutout 8 is a training distortion"),
         (["--crop-padding=-1"], "--crop-padding -1 must be from 0 to 16 pixels"),
+        (["--flip", "alternate", "--no-use-distortion-for-training"], "--flip alternate is a training distortion"),
+        (["--flip", "sideways"], "argument --flip: invalid choice: 'sideways'"),
         (["--bias-lr-scale", "0"], "--bias-lr-scale 0.0 must be positive, e.g. 64"),
     ],
 )
