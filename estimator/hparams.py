@@ -80,6 +80,9 @@ class HParams:
     zero_init_residual: bool = False
     # Weights averaged over training, used to evaluate and export (0: off).
     ema_decay: float = 0.0
+    # airbench's Lookahead: every 5 steps the weights are pulled towards a slow copy of themselves,
+    # harder as training goes on (model_fn.apply_lookahead).
+    lookahead: bool = False
     # What training reads: the training split, or (a final model) training and validation splits.
     train_subsets: tuple = ("train",)
     eval_policy: str = "periodic"
@@ -455,6 +458,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Evaluate and export an exponential moving average of the weights with this decay "
         "(e.g. 0.999; 0 off). Its early updates use min(decay, (1+step)/(10+step)).",
         type=_float,
+    )
+    flag(
+        "--lookahead",
+        "airbench's Lookahead (Zhang et al. 2019): every 5 steps the weights and a slow copy of them (in the "
+        "checkpoint) move to slow + (1 - a) (weights - slow), a = 0.95^5 x (fraction of training done)^3: no pull "
+        "early on, an average of the last steps by the end.",
+        action=_BoolFlag,
     )
     flag(
         "--train-subsets",

@@ -37,6 +37,9 @@ TOTAL_LOSS = "total_loss:0"
 CROSS_ENTROPY = "cross_entropy:0"
 TRAIN_ACCURACY = "train_accuracy:0"
 LEARNING_RATE = "learning_rate:0"
+# airbench's Lookahead schedule: a sync every 5 steps, pulling back by 0.95^5 x (fraction done)^3.
+LOOKAHEAD_EVERY = 5
+LOOKAHEAD_MAX_PULL = 0.95**5
 
 
 def _op_name(tensor_name: str) -> str:
@@ -267,6 +270,13 @@ def _training_spec(hp, features, labels, mode, config):
             )
         minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
         train_op = tf.group(minimize, *update_ops)
+        if hp.lookahead:
+            done = (
+                progress
+                if hp.schedule.by_progress
+                else tf.cast(global_step, tf.float64) / max(1, hp.schedule.total_steps)
+            )
+            train_op = apply_lookahead(train_op, averaged_variables(), global_step, done)
         if hp.ema_decay:
             train_op = _apply_weight_averages(hp, train_op, global_step)
 
@@ -318,6 +328,36 @@ def _count_skipped_steps(train_op, gradvars, optimizer):
     v1.summary.scalar("loss_scale", scale)
     v1.summary.scalar("skipped_steps", skipped)
     return tf.group(train_op, count)
+
+
+def apply_lookahead(train_op, variables, global_step, done):
+    """Lookahead (Zhang et al. 2019) as airbench94 uses it: after ``train_op``, on every
+    ``LOOKAHEAD_EVERY``-th global step, each variable and its slow copy (``<variable>/Lookahead``,
+    checkpointed; it starts at the variable's initial value) both become ``slow + (1 - a) (variable - slow)`` with
+    ``a = LOOKAHEAD_MAX_PULL * done^3``: ``done`` (a tensor) is the fraction of training done, so early
+    syncs leave the weights where they are and late ones average the last steps, while the learning
+    rate decays. (airbench also syncs after the very last step; here up to 4 steps after the last sync
+    are kept, at a learning rate near 0.)"""
+    pairs = []
+    for var in variables:
+        with v1.colocate_with(var):
+            slow = v1.get_variable(var.op.name + "/Lookahead", initializer=var.initial_value, trainable=False)
+        pairs.append((var, slow))
+
+    def sync():
+        pull = LOOKAHEAD_MAX_PULL * tf.cast(tf.clip_by_value(done, 0.0, 1.0), tf.float32) ** 3
+        ops = []
+        for var, slow in pairs:
+            with v1.colocate_with(var):
+                met = slow + (1.0 - tf.cast(pull, var.dtype.base_dtype)) * (var - slow)
+                ops += [v1.assign(slow, met), v1.assign(var, met)]
+        with tf.control_dependencies(ops):
+            return tf.constant(True)
+
+    with tf.control_dependencies([train_op]):
+        step = tf.identity(global_step.read_value() if hasattr(global_step, "read_value") else global_step)
+        synced = tf.cond(tf.equal(step % LOOKAHEAD_EVERY, 0), sync, lambda: tf.constant(False))
+    return tf.group(train_op, synced)
 
 
 def averaged_variables():

@@ -13,7 +13,7 @@ from estimator import cifar10_format as fmt
 from estimator import cifar10_main
 from estimator.cifar10 import Cifar10DataSet
 from estimator.cifar10_model import ResNetCifar10
-from estimator.model_fn import model_fn
+from estimator.model_fn import LOOKAHEAD_MAX_PULL, apply_lookahead, model_fn
 from estimator.serving import signatures
 from tests.helpers import hp, run_job
 
@@ -64,6 +64,51 @@ def test_weight_averages_are_what_evaluation_and_exports_restore(tmp_path):
     np.testing.assert_allclose(
         [v for v in plain.variables if v.name.startswith("resnet/fc/kernel")][0].numpy(), trained, rtol=1e-6
     )
+
+
+def test_lookahead_meets_the_slow_copy_every_fifth_step_by_hand():
+    with tf.Graph().as_default():
+        step = v1.train.create_global_step()
+        weights = v1.get_variable("w", initializer=tf.constant([1.0, -2.0]))
+        train = tf.group(v1.assign_add(weights, [1.0, 0.5]), v1.assign_add(step, 1))  # a fixed "update"
+        train_op = apply_lookahead(train, [weights], step, tf.cast(step, tf.float64) / 20)
+        slow_copy = [v for v in v1.global_variables() if v.op.name == "w/Lookahead"][0]
+        fast, slow = np.array([1.0, -2.0]), np.array([1.0, -2.0])
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            for k in range(1, 13):
+                sess.run(train_op)
+                fast = fast + [1.0, 0.5]
+                if k % 5 == 0:  # 20 steps in all: the pull is 0.95^5 x (k / 20)^3
+                    pull = 0.95**5 * (k / 20.0) ** 3
+                    fast = slow = slow + (1 - pull) * (fast - slow)
+                np.testing.assert_allclose(sess.run(weights), fast, rtol=1e-6)
+                np.testing.assert_allclose(sess.run(slow_copy), slow, rtol=1e-6)
+    assert LOOKAHEAD_MAX_PULL == 0.95**5 and not np.allclose(fast, [13.0, 4.0])  # it did pull back
+
+
+def test_model_fn_syncs_every_weight_and_statistic_with_lookahead():
+    params = hp(lookahead=True, train_steps=10, learning_rate=0.5)
+    images = np.random.RandomState(0).uniform(0, 255, (6, 32, 32, 3)).astype(np.float32)
+    with tf.Graph().as_default():
+        v1.set_random_seed(1)
+        v1.train.create_global_step()
+        spec = model_fn(tf.constant(images), tf.constant([0, 1, 2, 3, 4, 5]), MODES.TRAIN, params)
+        slow = {v.op.name[: -len("/Lookahead")]: v for v in v1.global_variables() if v.op.name.endswith("/Lookahead")}
+        watched = {v.op.name: v for v in v1.trainable_variables() + v1.moving_average_variables()}
+        assert set(slow) == set(watched) and "resnet/fc/kernel" in slow
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            initial = sess.run(watched)
+            for k in range(1, 7):
+                sess.run(spec.train_op)
+                now, copies = sess.run(watched), sess.run(slow)
+                if k < 5:  # not synced yet: the slow copies are the initial weights
+                    assert all(np.array_equal(copies[n], initial[n]) for n in slow)
+                elif k == 5:  # just synced: weights and copies equal
+                    assert all(np.array_equal(copies[n], now[n]) for n in slow)
+                else:  # a step later the kernels moved on
+                    assert not np.array_equal(copies["resnet/fc/kernel"], now["resnet/fc/kernel"])
 
 
 def test_tta_accuracy_against_a_hand_computed_case():

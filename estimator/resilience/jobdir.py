@@ -210,12 +210,14 @@ def check_same_network(hp) -> None:
     recorded = json.loads(storage.read_text(path)).get("hparams", {})
     defaults = hparams.HParams(data_dir="", job_dir="")
     differences = []
-    for name in NETWORK_FLAGS + ("ema_decay",):
+    for name in NETWORK_FLAGS + ("ema_decay", "lookahead"):
         theirs = recorded.get(name, getattr(defaults, name))
         ours = getattr(hp, name)
-        if name == "ema_decay":  # the value may change; on or off changes the checkpoint's variables
+        if name in ("ema_decay", "lookahead"):  # values may change; on or off changes the checkpoint's variables
             if bool(theirs) != bool(ours):
-                differences.append(("--ema-decay", ours, theirs))
+                # As the flag is written: --lookahead false, --ema-decay 0.0.
+                shown = [str(v).lower() if isinstance(v, bool) else v for v in (ours, theirs)]
+                differences.append((hparams.flag_name(name), *shown))
         elif theirs != ours:
             differences.append((hparams.flag_name(name), ours, theirs))
     if differences:
