@@ -43,7 +43,8 @@ def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
         "wall_seconds": round(wall, 1),
         "precision": hparams["precision"],
         "network": cifar10_model.describe(HParams.from_dict(hparams)),
-        "num_layers": hparams["num_layers"],
+        # A ResNet's depth; other networks have their own fixed layers.
+        "num_layers": hparams["num_layers"] if hparams.get("network", "resnet") == "resnet" else None,
         **results,
     }
 
