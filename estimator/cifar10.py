@@ -108,7 +108,13 @@ def distort(images, seed, cutout: int = 0, padding: int = PAD, flips=None):
     return images
 
 
-def alternating_flips(ids, positions, epoch_size: int, seed):
+def first_views(epoch_size: int, seed):
+    """Which training images ``alternating_flips`` mirrors in their first epoch: ``[epoch_size]``
+    bools, each true with probability 1/2, drawn from ``seed`` (shape ``[2]``)."""
+    return tf.random.stateless_uniform([epoch_size], seed=seed) < 0.5
+
+
+def alternating_flips(ids, positions, first):
     """airbench's alternating flip (Jordan 2024): each image is mirrored or not at random in its first
     epoch, then the other way in every next epoch, so any two consecutive epochs show both views of
     every image (random flips leave about a quarter of the images in one view over two epochs).
@@ -117,10 +123,9 @@ def alternating_flips(ids, positions, epoch_size: int, seed):
       ids: ``[B]`` int64 positions of the images in the (unshuffled) training files.
       positions: ``[B]`` int64 positions of the images in the stream of training images since the
         input started: ``positions // epoch_size`` is the epoch.
-      epoch_size: training images per epoch.
-      seed: shape ``[2]`` int tensor drawing each image's first view.
+      first: ``first_views``, one per training image (``epoch_size`` of them).
     """
-    first = tf.random.stateless_uniform([epoch_size], seed=seed) < 0.5
+    epoch_size = tf.cast(tf.size(first), tf.int64)
     odd_epoch = tf.math.floormod(tf.math.floordiv(positions, epoch_size), 2) == 1
     return tf.math.logical_xor(tf.gather(first, ids), odd_epoch)
 
@@ -273,6 +278,7 @@ class Cifar10DataSet(object):
             if alternate:
                 # Each record with its position in the files: the image's identity for its flips.
                 records = records.enumerate()
+                first = first_views(epoch_size, tf.constant([self.seed, -1], tf.int64))  # once, not per batch
             records = records.shuffle(epoch_size, seed=self.seed, reshuffle_each_iteration=True)
             batches = records.repeat().batch(batch_size, drop_remainder=True).enumerate()
             distort_images, cutout, padding = self.use_distortion, self.cutout, self.crop_padding
@@ -285,8 +291,7 @@ class Cifar10DataSet(object):
                     flips = None
                     if alternate:
                         positions = index * batch_size + tf.range(batch_size, dtype=tf.int64)
-                        first_seed = tf.constant([self.seed, -1], tf.int64)
-                        flips = alternating_flips(ids, positions, epoch_size, first_seed)
+                        flips = alternating_flips(ids, positions, first)
                     images = _distort_to_float(images, seed, cutout, padding, flips)
                 else:
                     images = tf.cast(images, tf.float32)

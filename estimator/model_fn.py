@@ -355,7 +355,7 @@ def apply_lookahead(train_op, variables, global_step, done):
             return tf.constant(True)
 
     with tf.control_dependencies([train_op]):
-        step = tf.identity(global_step.read_value() if hasattr(global_step, "read_value") else global_step)
+        step = global_step.read_value()  # after train_op's increment
         synced = tf.cond(tf.equal(step % LOOKAHEAD_EVERY, 0), sync, lambda: tf.constant(False))
     return tf.group(train_op, synced)
 

@@ -39,6 +39,8 @@ STALE_SECS = 300.0
 
 # What shapes the checkpoint: its variables and their shapes.
 NETWORK_FLAGS = ("network", "num_layers", "resnet_version", "width_multiplier")
+# Flags whose value may change on a restart, but whose being on or off changes the checkpoint's variables.
+SWITCH_FLAGS = ("ema_decay", "lookahead")
 
 
 class JobDirBusyError(RuntimeError):
@@ -210,10 +212,10 @@ def check_same_network(hp) -> None:
     recorded = json.loads(storage.read_text(path)).get("hparams", {})
     defaults = hparams.HParams(data_dir="", job_dir="")
     differences = []
-    for name in NETWORK_FLAGS + ("ema_decay", "lookahead"):
+    for name in NETWORK_FLAGS + SWITCH_FLAGS:
         theirs = recorded.get(name, getattr(defaults, name))
         ours = getattr(hp, name)
-        if name in ("ema_decay", "lookahead"):  # values may change; on or off changes the checkpoint's variables
+        if name in SWITCH_FLAGS:
             if bool(theirs) != bool(ours):
                 # As the flag is written: --lookahead false, --ema-decay 0.0.
                 shown = [str(v).lower() if isinstance(v, bool) else v for v in (ours, theirs)]
