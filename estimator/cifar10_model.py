@@ -104,13 +104,22 @@ class ResNetCifar10(model_base.ResNet):
 
 # --network: the family of ResNetCifar10 (--num-layers, --resnet-version) or airbench94's network.
 NETWORKS = ("resnet", "airbench")
+# --activation: what --network airbench may use; each network's own when the flag is not given.
+ACTIVATIONS = tuple(airbench_model.ACTIVATIONS)
+DEFAULT_ACTIVATIONS = {"resnet": "relu", "airbench": "gelu"}
+
+
+def activation_of(hp) -> str:
+    """``hp.activation``, or the network's own where it is None (hparams.json of older jobs)."""
+    return hp.activation or DEFAULT_ACTIVATIONS[hp.network]
 
 
 def describe(hp) -> str:
     """The network of ``hp`` in words, for logs and errors: "ResNet-14 v1 x2 wide", "airbench network"."""
     width = "" if hp.width_multiplier == 1 else " x%g wide" % hp.width_multiplier
     if hp.network == "airbench":
-        return "airbench network%s" % width
+        act = "" if activation_of(hp) == DEFAULT_ACTIVATIONS["airbench"] else ", %s" % activation_of(hp)
+        return "airbench network%s%s" % (width, act)
     return "ResNet-%d %s%s" % (hp.num_layers, hp.resnet_version, width)
 
 
@@ -131,6 +140,7 @@ def build(hp, is_training: bool, precision: str = None, whitening=None):
             precision,
             width_multiplier=hp.width_multiplier,
             whitening=whitening,
+            activation=activation_of(hp),
         )
     if hp.network != "resnet":
         raise ValueError("network %r is not one of %s." % (hp.network, ", ".join(NETWORKS)))

@@ -24,8 +24,8 @@ import json
 import os
 
 from estimator import cifar10_format as fmt
+from estimator import cifar10_model, devices, storage
 from estimator import cluster as cluster_lib
-from estimator import devices, storage
 from estimator import hparams as hparams_lib
 from estimator.cifar10 import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
 
@@ -92,6 +92,7 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
         # Training on the validation split leaves nothing to validate on: train, then test.
         eval_policy="final" if fmt.VALIDATION in train_subsets else args.eval_policy,
         lr_decay_steps=None if args.lr_decay_steps is None else tuple(args.lr_decay_steps),
+        activation=args.activation or cifar10_model.DEFAULT_ACTIVATIONS[args.network],
         data_format=args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last"),
         cluster=cluster,
         num_workers=cluster.num_workers,

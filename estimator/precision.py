@@ -61,12 +61,15 @@ def cache_path(name: str = CACHE_FILE) -> str:
 def cache_key(cpu_model: str, hp) -> str:
     import tensorflow as tf
 
+    from estimator import cifar10_model
+
     return "|".join(
         str(v)
         for v in (
             cpu_model,
             tf.__version__,
             hp.network,
+            cifar10_model.activation_of(hp),
             hp.num_layers,
             hp.resnet_version,
             hp.width_multiplier,

@@ -102,6 +102,29 @@ def test_both_data_formats_compute_the_same_function():
     assert np.abs(nhwc).max() > 1e-3
 
 
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_activation_is_the_one_named_after_every_batch_norm(activation):
+    # On x = batch-norm output, GELU(x) = x * Phi(x) by hand (Phi the normal CDF), ReLU(x) = max(x, 0).
+    from math import erf
+
+    with tf.Graph().as_default():
+        model = cifar10_model.build(hp(network="airbench", width_multiplier=0.25, activation=activation), True)
+        model.forward_pass(tf.random.uniform([2, 32, 32, 3], 0, 255, seed=3))
+        assert len(model.relu_outputs) == 7  # after the whitening and each of the six batch norms
+        # Relu(x); GELU is 0.5 * x * (1 + erf(x / sqrt 2)): Mul(Mul(0.5, x), ...).
+        pairs = [
+            (y.op.inputs[0] if activation == "relu" else y.op.inputs[0].op.inputs[1], y) for y in model.relu_outputs
+        ]
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            for x, y in sess.run(pairs):
+                phi = 0.5 * (1 + np.vectorize(erf)(x / np.sqrt(2)))
+                np.testing.assert_allclose(y, x * phi if activation == "gelu" else np.maximum(x, 0), atol=1e-5)
+                assert (x < -0.5).any() and (x > 0.5).any()  # both sides of the nonlinearity are seen
+        op_types = {op.type for op in tf.compat.v1.get_default_graph().get_operations()}
+        assert ("Erf" in op_types) == (activation == "gelu")
+
+
 @pytest.mark.parametrize("towers", [1, 2])
 def test_model_fn_initialises_the_whitening_from_the_training_records(mini_records, towers):
     params = hp(network="airbench", data_dir=mini_records, width_multiplier=0.25, num_cpu_towers=towers)
@@ -133,6 +156,33 @@ def test_resnet_flags_are_refused_with_airbench(mini_records, tmp_path, capsys, 
     with pytest.raises(SystemExit) as e:
         cifar10_main.parse(argv + flags.split())
     assert e.value.code == 2 and message in capsys.readouterr().err
+    assert not os.path.exists(str(tmp_path / "j"))
+
+
+def test_activation_resolves_to_the_networks_own_and_gelu_is_refused_for_resnets(mini_records, tmp_path, capsys):
+    from estimator import cifar10_main
+
+    argv = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0"]
+    resolved = {
+        flags: cifar10_main.parse(argv + flags.split()).activation
+        for flags in ("", "--network airbench", "--network airbench --activation relu", "--activation relu")
+    }
+    assert resolved == {
+        "": "relu",
+        "--network airbench": "gelu",
+        "--network airbench --activation relu": "relu",
+        "--activation relu": "relu",
+    }
+    assert cifar10_model.describe(hp(network="airbench", activation="relu")) == "airbench network, relu"
+    with pytest.raises(SystemExit) as e:
+        cifar10_main.parse(argv + ["--activation", "gelu"])
+    err = capsys.readouterr().err
+    assert (
+        e.value.code == 2 and "--activation gelu: the ResNets here use relu; drop it or use --network airbench" in err
+    )
+    with pytest.raises(SystemExit):
+        cifar10_main.parse(argv + ["--network", "airbench", "--activation", "tanh"])
+    assert "--activation: invalid choice: 'tanh' (choose from 'gelu', 'relu')" in capsys.readouterr().err
     assert not os.path.exists(str(tmp_path / "j"))
 
 
