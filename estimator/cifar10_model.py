@@ -110,7 +110,8 @@ DEFAULT_ACTIVATIONS = {"resnet": "relu", "airbench": "gelu"}
 
 
 def activation_of(hp) -> str:
-    """``hp.activation``, or the network's own where it is None (hparams.json of older jobs)."""
+    """``hp.activation``, or the network's own where it is None (parsed flags; hparams.json of older
+    jobs). ``hp``: HParams or the parsed flags."""
     return hp.activation or DEFAULT_ACTIVATIONS[hp.network]
 
 
@@ -118,8 +119,11 @@ def describe(hp) -> str:
     """The network of ``hp`` in words, for logs and errors: "ResNet-14 v1 x2 wide", "airbench network"."""
     width = "" if hp.width_multiplier == 1 else " x%g wide" % hp.width_multiplier
     if hp.network == "airbench":
-        act = "" if activation_of(hp) == DEFAULT_ACTIVATIONS["airbench"] else ", %s" % activation_of(hp)
-        return "airbench network%s%s" % (width, act)
+        activation = activation_of(hp)
+        return "airbench network%s%s" % (
+            width,
+            "" if activation == DEFAULT_ACTIVATIONS["airbench"] else ", " + activation,
+        )
     return "ResNet-%d %s%s" % (hp.num_layers, hp.resnet_version, width)
 
 

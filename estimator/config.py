@@ -92,7 +92,7 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
         # Training on the validation split leaves nothing to validate on: train, then test.
         eval_policy="final" if fmt.VALIDATION in train_subsets else args.eval_policy,
         lr_decay_steps=None if args.lr_decay_steps is None else tuple(args.lr_decay_steps),
-        activation=args.activation or cifar10_model.DEFAULT_ACTIVATIONS[args.network],
+        activation=cifar10_model.activation_of(args),
         data_format=args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last"),
         cluster=cluster,
         num_workers=cluster.num_workers,

@@ -743,7 +743,10 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
                 "%s shape a ResNet; --network airbench has its own fixed layers: drop them or use --network resnet."
                 % " and ".join(given)
             )
-    if args.network != "airbench" and args.activation not in (None, cifar10_model.DEFAULT_ACTIVATIONS[args.network]):
+    if (
+        args.network != "airbench"
+        and cifar10_model.activation_of(args) != cifar10_model.DEFAULT_ACTIVATIONS[args.network]
+    ):
         raise ValueError(
             "--activation %s: the ResNets here use relu; drop it or use --network airbench." % args.activation
         )
