@@ -271,12 +271,12 @@ def _training_spec(hp, features, labels, mode, config):
         minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
         train_op = tf.group(minimize, *update_ops)
         if hp.lookahead:
-            done = (
-                progress
-                if hp.schedule.by_progress
-                else tf.cast(global_step, tf.float64) / max(1, hp.schedule.total_steps)
-            )
-            train_op = apply_lookahead(train_op, averaged_variables(), global_step, done)
+            if hp.schedule.by_progress:
+                done_at = time_budget.progress_tensor
+            else:
+                total = max(1, hp.schedule.total_steps)
+                done_at = lambda step: tf.cast(step, tf.float64) / total  # noqa: E731
+            train_op = apply_lookahead(train_op, averaged_variables(), global_step, done_at)
         if hp.ema_decay:
             train_op = _apply_weight_averages(hp, train_op, global_step)
 
@@ -330,11 +330,13 @@ def _count_skipped_steps(train_op, gradvars, optimizer):
     return tf.group(train_op, count)
 
 
-def apply_lookahead(train_op, variables, global_step, done):
+def apply_lookahead(train_op, variables, global_step, done_at):
     """Lookahead (Zhang et al. 2019) as airbench94 uses it: after ``train_op``, on every
     ``LOOKAHEAD_EVERY``-th global step, each variable and its slow copy (``<variable>/Lookahead``,
     checkpointed; it starts at the variable's initial value) both become ``slow + (1 - a) (variable - slow)`` with
-    ``a = LOOKAHEAD_MAX_PULL * done^3``: ``done`` (a tensor) is the fraction of training done, so early
+    ``a = LOOKAHEAD_MAX_PULL * done^3``: ``done_at(step)`` (a tensor) is the fraction of training done
+    at the step ``train_op`` has just counted (read after it: a tensor read before could see the step
+    before or after the increment, a nondeterministic pull), so early
     syncs leave the weights where they are and late ones average the last steps, while the learning
     rate decays. (airbench also syncs after the very last step; here up to 4 steps after the last sync
     are kept, at a learning rate near 0.)"""
@@ -344,8 +346,8 @@ def apply_lookahead(train_op, variables, global_step, done):
             slow = v1.get_variable(var.op.name + "/Lookahead", initializer=var.initial_value, trainable=False)
         pairs.append((var, slow))
 
-    def sync():
-        pull = LOOKAHEAD_MAX_PULL * tf.cast(tf.clip_by_value(done, 0.0, 1.0), tf.float32) ** 3
+    def sync(step):
+        pull = LOOKAHEAD_MAX_PULL * tf.cast(tf.clip_by_value(done_at(step), 0.0, 1.0), tf.float32) ** 3
         ops = []
         for var, slow in pairs:
             with v1.colocate_with(var):
@@ -356,7 +358,7 @@ def apply_lookahead(train_op, variables, global_step, done):
 
     with tf.control_dependencies([train_op]):
         step = global_step.read_value()  # after train_op's increment
-        synced = tf.cond(tf.equal(step % LOOKAHEAD_EVERY, 0), sync, lambda: tf.constant(False))
+        synced = tf.cond(tf.equal(step % LOOKAHEAD_EVERY, 0), lambda: sync(step), lambda: tf.constant(False))
     return tf.group(train_op, synced)
 
 

@@ -287,10 +287,9 @@ class Planner:
 
 
 def progress_tensor(global_step):
-    """The fraction of the plan done at ``global_step``, from local variables ``BudgetHook`` assigns.
-
-    Returns ``(progress, assign)``: a float64 tensor, and a function of a ``Plan`` that gives the
-    ops and feeds that load it.
+    """The fraction of the plan done at ``global_step`` (a float64 tensor), from local variables that
+    ``BudgetHook`` loads (``plan_loader``). Called again in the same graph (for another reading of
+    the step), it reuses them.
     """
     import tensorflow as tf
 
@@ -306,17 +305,17 @@ def progress_tensor(global_step):
             collections=[v1.GraphKeys.LOCAL_VARIABLES],
         )
 
-    with v1.variable_scope("time_budget"):
+    with v1.variable_scope("time_budget", reuse=v1.AUTO_REUSE):
         anchor_step, anchor_progress, total = local("anchor_step", 0), local("anchor_progress", 0), local("total", 1)
-        feeds = [
-            v1.placeholder(tf.float64, [], name=n) for n in ("new_anchor_step", "new_anchor_progress", "new_total")
-        ]
-        load = tf.group(
-            *[v1.assign(v, f) for v, f in zip((anchor_step, anchor_progress, total), feeds)], name="load_plan"
-        )
-    v1.add_to_collection("time_budget_plan", load)
-    for f in feeds:
-        v1.add_to_collection("time_budget_plan", f)
+        if not v1.get_collection("time_budget_plan"):  # one loader for the graph
+            feeds = [
+                v1.placeholder(tf.float64, [], name=n) for n in ("new_anchor_step", "new_anchor_progress", "new_total")
+            ]
+            load = tf.group(
+                *[v1.assign(v, f) for v, f in zip((anchor_step, anchor_progress, total), feeds)], name="load_plan"
+            )
+            for item in [load] + feeds:
+                v1.add_to_collection("time_budget_plan", item)
     s = tf.cast(global_step, tf.float64)
     done = tf.clip_by_value((s - anchor_step) / tf.maximum(tf.constant(1.0, tf.float64), total - anchor_step), 0.0, 1.0)
     return anchor_progress + (1.0 - anchor_progress) * done

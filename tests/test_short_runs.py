@@ -71,7 +71,7 @@ def test_lookahead_meets_the_slow_copy_every_fifth_step_by_hand():
         step = v1.train.create_global_step()
         weights = v1.get_variable("w", initializer=tf.constant([1.0, -2.0]))
         train = tf.group(v1.assign_add(weights, [1.0, 0.5]), v1.assign_add(step, 1))  # a fixed "update"
-        train_op = apply_lookahead(train, [weights], step, tf.cast(step, tf.float64) / 20)
+        train_op = apply_lookahead(train, [weights], step, lambda s: tf.cast(s, tf.float64) / 20)
         slow_copy = [v for v in v1.global_variables() if v.op.name == "w/Lookahead"][0]
         fast, slow = np.array([1.0, -2.0]), np.array([1.0, -2.0])
         with v1.Session() as sess:
