@@ -31,7 +31,8 @@ WIDTHS = (64, 256, 256)
 WHITEN_SIZE = 2  # patch side of the whitening convolution
 WHITEN_FILTERS = 2 * fmt.DEPTH * WHITEN_SIZE**2  # each direction and its negative: 24
 # Added to each eigenvalue, relative to their mean: keeps the nearly flat directions of the
-# patches from being blown up (airbench's 5e-4, on its inputs of unit variance per channel).
+# patches from being blown up (airbench's 5e-4, on its inputs of unit variance per channel);
+# the default of --whiten-eps.
 WHITEN_EPS = 5e-4
 # Images whose patches estimate the covariance (airbench: 5,000).
 WHITEN_IMAGES = 5000
@@ -47,12 +48,12 @@ def scale_input(images, dtype=tf.float32):
     return tf.cast(images / 128.0 - 1.0, dtype)
 
 
-def whitening_kernel(images):
+def whitening_kernel(images, eps=WHITEN_EPS):
     """The fixed ``[2, 2, 3, 24]`` kernel that whitens the 2x2 patches of ``images``.
 
     ``images``: float32 ``[N, 32, 32, 3]`` with values 0..255. The 12 eigenvectors of the
     patches' (uncentred) covariance, each divided by the square root of its eigenvalue (plus
-    ``WHITEN_EPS`` times their mean), then the same 12 negated: convolved with the scaled
+    ``eps`` times their mean: ``--whiten-eps``), then the same 12 negated: convolved with the scaled
     images, the first 12 outputs have about unit variance and no correlation.
     """
     x = scale_input(images)
@@ -62,8 +63,7 @@ def whitening_kernel(images):
     flat = tf.cast(tf.reshape(patches, [-1, WHITEN_FILTERS // 2]), tf.float64)
     covariance = tf.matmul(flat, flat, transpose_a=True) / tf.cast(tf.shape(flat)[0], tf.float64)
     eigenvalues, eigenvectors = tf.linalg.eigh(covariance)  # columns are the eigenvectors
-    eps = WHITEN_EPS * tf.reduce_mean(eigenvalues)
-    scaled = eigenvectors / tf.sqrt(eigenvalues + eps)[tf.newaxis, :]
+    scaled = eigenvectors / tf.sqrt(eigenvalues + eps * tf.reduce_mean(eigenvalues))[tf.newaxis, :]
     kernel = tf.concat([scaled, -scaled], axis=1)
     return tf.cast(tf.reshape(kernel, [WHITEN_SIZE, WHITEN_SIZE, fmt.DEPTH, WHITEN_FILTERS]), tf.float32)
 

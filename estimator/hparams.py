@@ -16,7 +16,7 @@ import math
 import shlex
 from dataclasses import dataclass, field
 
-from estimator import cifar10, cifar10_model, devices, schedules, time_budget
+from estimator import airbench_model, cifar10, cifar10_model, devices, schedules, time_budget
 from estimator import cifar10_format as fmt
 from estimator.cluster import Cluster
 from estimator.model_base import COMPUTE_DTYPES, DATA_FORMATS
@@ -56,6 +56,10 @@ class HParams:
     # batch norm on the CPU: 1.13x the images/s in a 30-minute bf16 run on a Zen 5).
     # ResNets: relu. None: the network's own.
     activation: str = None
+    # The airbench network's whitening: added to each eigenvalue of the 2x2 patches' covariance,
+    # relative to their mean (airbench's 5e-4). Larger damps the flattest directions, where JPEG
+    # copies of CIFAR-10 hold less signal than the original pixels (docs/training.md).
+    whiten_eps: float = airbench_model.WHITEN_EPS
     train_steps: int = 80000
     train_epochs: float = None
     # Seconds the whole command may take (estimator.time_budget plans the steps); None: off.
@@ -372,6 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
         "The nonlinearity of --network airbench: gelu (airbench's, the default) or relu (fused into batch norm "
         "on the CPU: faster). ResNets use relu.",
         choices=list(cifar10_model.ACTIVATIONS),
+    )
+    flag(
+        "--whiten-eps",
+        "--network airbench: added to each eigenvalue of the image patches' covariance (relative to their "
+        "mean) when the whitening layer is computed; larger damps the flattest directions (airbench: 5e-4).",
+        type=_float,
     )
     flag("--num-layers", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...", type=_int)
     flag(
@@ -754,6 +764,16 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         raise ValueError(
             "--zero-init-residual zeroes the last batch norm of v1 residual units; %s units end with a convolution: "
             "drop it or use --resnet-version v1." % args.resnet_version
+        )
+    if not args.whiten_eps > 0:
+        raise ValueError(
+            "--whiten-eps %s must be positive, e.g. %g (airbench's): a flat direction of the patches would "
+            "otherwise be divided by zero." % (args.whiten_eps, airbench_model.WHITEN_EPS)
+        )
+    if args.network != "airbench" and args.whiten_eps != airbench_model.WHITEN_EPS:
+        raise ValueError(
+            "--whiten-eps %s shapes the whitening layer of --network airbench; the ResNets have none: drop it "
+            "or use --network airbench." % args.whiten_eps
         )
     if not args.bias_lr_scale > 0:
         raise ValueError(

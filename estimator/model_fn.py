@@ -171,7 +171,7 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, 
         # Read only when variables are initialised (a fresh start), on the parameter device.
         with v1.device(devices.consolidation_device(hp.variable_strategy)):
             images = Cifar10DataSet(hp.data_dir, fmt.TRAIN).first_images(airbench_model.WHITEN_IMAGES)
-            whitening = airbench_model.whitening_kernel(images)  # once, for every tower
+            whitening = airbench_model.whitening_kernel(images, hp.whiten_eps)  # once, for every tower
     outputs, update_ops, first = [], [], None
     for i, device in enumerate(tower_list):
         with tf.name_scope("tower_%d" % i) as scope, v1.variable_scope("resnet", reuse=reuse or bool(i)), v1.device(

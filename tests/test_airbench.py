@@ -23,10 +23,11 @@ def _patches(images):
     return out.reshape(-1, 12).astype(np.float64)
 
 
-def test_whitening_kernel_decorrelates_the_patches_it_was_computed_from(mini_records):
+@pytest.mark.parametrize("eps", [None, 5e-3])
+def test_whitening_kernel_decorrelates_the_patches_it_was_computed_from(mini_records, eps):
     with tf.Graph().as_default(), v1.Session() as sess:
         images = Cifar10DataSet(mini_records, "train").first_images(300)
-        kernel = airbench_model.whitening_kernel(images)
+        kernel = airbench_model.whitening_kernel(images, *([eps] if eps else []))
         images, kernel = sess.run([images, kernel])
     assert images.shape == (300, 32, 32, 3) and kernel.shape == (2, 2, 3, 24)
     # The second 12 filters are the first 12 negated (airbench: both signs pass the GELU).
@@ -36,10 +37,30 @@ def test_whitening_kernel_decorrelates_the_patches_it_was_computed_from(mini_rec
     covariance = outputs.T @ outputs / len(outputs)
     # Exactly diag(l / (l + eps)) for the eigenvalues l of the patches' covariance.
     eigenvalues = np.linalg.eigvalsh(patches.T @ patches / len(patches))
-    expected = eigenvalues / (eigenvalues + airbench_model.WHITEN_EPS * eigenvalues.mean())
+    expected = eigenvalues / (eigenvalues + (eps or 5e-4) * eigenvalues.mean())
     np.testing.assert_allclose(np.sort(np.diag(covariance)), np.sort(expected), rtol=2e-3)
     np.testing.assert_allclose(covariance - np.diag(np.diag(covariance)), 0, atol=2e-3)
     assert expected.max() > 0.99 and expected.min() < 0.9  # the eps matters only for the flattest directions
+    if eps:  # ten times airbench's: the flattest direction keeps about a tenth of its variance here
+        assert 0.1 < expected.min() < 0.12
+
+
+def test_whiten_eps_is_recorded_and_refused_where_it_cannot_apply(mini_records, tmp_path, capsys):
+    from estimator import cifar10_main
+
+    argv = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0"]
+    assert cifar10_main.parse(argv + ["--network", "airbench"]).whiten_eps == 5e-4
+    assert cifar10_main.parse(argv + ["--network", "airbench", "--whiten-eps", "5e-3"]).whiten_eps == 5e-3
+    for flags, message in [
+        ("--whiten-eps 5e-3", "--whiten-eps 0.005 shapes the whitening layer of --network airbench; the ResNets"),
+        ("--network airbench --whiten-eps 0", "--whiten-eps 0.0 must be positive, e.g. 0.0005 (airbench's)"),
+        ("--network airbench --whiten-eps -1", "--whiten-eps -1.0 must be positive"),
+        ("--network airbench --whiten-eps nan", "argument --whiten-eps: 'nan' is not a finite number"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            cifar10_main.parse(argv + flags.split())
+        assert e.value.code == 2 and message in capsys.readouterr().err, flags
+    assert not os.path.exists(str(tmp_path / "j"))
 
 
 def test_first_images_are_the_files_first_records_and_refuse_zero(mini_records):
@@ -125,14 +146,15 @@ def test_activation_is_the_one_named_after_every_batch_norm(activation):
         assert ("Erf" in op_types) == (activation == "gelu")
 
 
-@pytest.mark.parametrize("towers", [1, 2])
-def test_model_fn_initialises_the_whitening_from_the_training_records(mini_records, towers):
-    params = hp(network="airbench", data_dir=mini_records, width_multiplier=0.25, num_cpu_towers=towers)
+@pytest.mark.parametrize("towers,eps", [(1, 5e-4), (2, 5e-2)])
+def test_model_fn_initialises_the_whitening_from_the_training_records(mini_records, towers, eps):
+    # The second case also checks that --whiten-eps reaches the kernel.
+    params = hp(network="airbench", data_dir=mini_records, width_multiplier=0.25, num_cpu_towers=towers, whiten_eps=eps)
     with tf.Graph().as_default():
         v1.train.create_global_step()
         images = tf.random.uniform([6, 32, 32, 3], 0, 255, seed=1)
         spec = model_fn(images, tf.constant([3, 1, 4, 1, 5, 9]), tf.estimator.ModeKeys.TRAIN, params)
-        expected = airbench_model.whitening_kernel(Cifar10DataSet(mini_records, "train").first_images(5000))
+        expected = airbench_model.whitening_kernel(Cifar10DataSet(mini_records, "train").first_images(5000), eps)
         (kernel,) = [v for v in v1.global_variables() if v.op.name == "resnet/whiten/kernel"]
         with v1.Session(config=v1.ConfigProto(device_count={"CPU": towers})) as sess:
             sess.run(v1.global_variables_initializer())
