@@ -16,7 +16,7 @@ JOB_DIR ?= work/job
 # decay 0.9 lets the moving averages keep up in so short a run.
 RUN_FLAGS ?= --num-gpus 0 --num-layers 20 --train-steps 400 --batch-norm-decay 0.9 --seed 1
 
-.PHONY: venv run test lint bench bench-speed bench-recipes bench-contention bench-health clean
+.PHONY: venv run test lint bench bench-speed bench-recipes bench-jpeg-cost bench-contention bench-health clean
 
 $(VENV)/.installed: setup.py requirements.txt requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,11 @@ bench-speed: $(VENV)/.bench $(FULL_DATA_DIR)/cifar10_manifest.json
 # Time to accuracy of the recipes (5 + 30 minutes and the final evaluations).
 bench-recipes: venv $(FULL_DATA_DIR)/cifar10_manifest.json
 	$(PY) -m benchmarks.recipes --data-dir $(FULL_DATA_DIR) recipes/cpu_5min.args recipes/cpu_30min.args
+
+# What the JPEG stand-in costs: the 5-minute recipe, 40 epochs on the same 5,085 images with their
+# original pixels and their JPEG-decoded ones, two seeds each (about 18 minutes on 2 cores).
+bench-jpeg-cost: venv
+	$(PY) -m benchmarks.jpeg_cost --work-dir work/jpeg_cost --recipe recipes/cpu_5min.args --epochs 40 --seeds 1 2
 
 # Whether --time-budget holds when a busy loop takes one of the cores mid-run (90 s and 5 min).
 bench-contention: venv $(FULL_DATA_DIR)/cifar10_manifest.json
