@@ -106,11 +106,15 @@ def main(argv=None):
     convert.convert(
         data_dirs["jpeg"], source=archive, sha256=write_archive(archive, jpeg), progress=False, log=lambda _: None
     )
-    both = {k: np.concatenate([batches[n][0] for n in sorted(real)]) for k, batches in (("real", real), ("jpeg", jpeg))}
+    original_pixels = np.concatenate([real[name][0] for name in sorted(real)])
+    jpeg_pixels = np.concatenate([jpeg[name][0] for name in sorted(real)])
     pixels = {
-        "images": int(len(both["real"])),
-        "median_psnr_db": float(np.median(psnr(both["real"], both["jpeg"]))),
-        "patch_eigenvalues_over_mean": {"original": patch_spectrum(both["real"]), "jpeg": patch_spectrum(both["jpeg"])},
+        "images": int(len(original_pixels)),
+        "median_psnr_db": float(np.median(psnr(original_pixels, jpeg_pixels))),
+        "patch_eigenvalues_over_mean": {
+            "original": patch_spectrum(original_pixels),
+            "jpeg": patch_spectrum(jpeg_pixels),
+        },
     }
     print("%d images, median PSNR of the JPEG pixels %.2f dB" % (pixels["images"], pixels["median_psnr_db"]))
     for name, values in pixels["patch_eigenvalues_over_mean"].items():
