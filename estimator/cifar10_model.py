@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from estimator import airbench_model, model_base
+from estimator import airbench_model, ensemble, model_base
 from estimator import cifar10_format as fmt
 
 VERSIONS = ("v1", "v2", "bottleneck_v2")
@@ -116,15 +116,20 @@ def activation_of(hp) -> str:
 
 
 def describe(hp) -> str:
-    """The network of ``hp`` in words, for logs and errors: "ResNet-14 v1 x2 wide", "airbench network"."""
+    """The network of ``hp`` in words, for logs and errors: "ResNet-14 v1 x2 wide", "airbench network",
+    "ensemble of 2 airbench networks"."""
     width = "" if hp.width_multiplier == 1 else " x%g wide" % hp.width_multiplier
     if hp.network == "airbench":
         activation = activation_of(hp)
-        return "airbench network%s%s" % (
+        name = "airbench network%s%s" % (
             width,
             "" if activation == DEFAULT_ACTIVATIONS["airbench"] else ", " + activation,
         )
-    return "ResNet-%d %s%s" % (hp.num_layers, hp.resnet_version, width)
+    else:
+        name = "ResNet-%d %s%s" % (hp.num_layers, hp.resnet_version, width)
+    if hp.ensemble > 1:
+        return "ensemble of %d %s" % (hp.ensemble, name.replace("network", "networks", 1))
+    return name
 
 
 def build(hp, is_training: bool, precision: str = None, whitening=None):
@@ -132,8 +137,15 @@ def build(hp, is_training: bool, precision: str = None, whitening=None):
 
     ``whitening``: for the airbench network, the initial value of its whitening kernel
     (``airbench_model.whitening_kernel``), used when variables are initialised (training from
-    scratch); ignored by ResNets.
+    scratch); ignored by ResNets. With ``hp.ensemble`` > 1: an ``ensemble.Ensemble`` of that many
+    such networks (each member's whitening starts from the same kernel).
     """
+    if hp.ensemble > 1:
+        return ensemble.Ensemble([_build_one(hp, is_training, precision, whitening) for _ in range(hp.ensemble)])
+    return _build_one(hp, is_training, precision, whitening)
+
+
+def _build_one(hp, is_training: bool, precision: str = None, whitening=None):
     precision = precision or hp.precision
     if hp.network == "airbench":
         return airbench_model.AirbenchCifar10(

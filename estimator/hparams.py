@@ -85,6 +85,9 @@ class HParams:
     # Filters of every layer times this (16, 32, 64 for 1): wider layers may use the CPU's
     # matrix units better per FLOP.
     width_multiplier: float = 1.0
+    # Networks of that shape trained side by side on the same batches, each from its own loss; their
+    # logits averaged (estimator.ensemble). 1: one network, as the original.
+    ensemble: int = 1
     # Goyal et al. 2017: the last batch norm of each residual unit starts at gamma 0.
     zero_init_residual: bool = False
     # Weights averaged over training, used to evaluate and export (0: off).
@@ -470,6 +473,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--width-multiplier", "Filters of every layer times this (16, 32, 64 at 1; 8 x it a whole number).", type=_float
     )
     flag(
+        "--ensemble",
+        "Train N networks of this shape side by side on the same batches, each from its own random start and "
+        "its own loss, and evaluate, export and predict with the mean of their logits (N times the work per "
+        "image: under --time-budget each sees 1/N of the epochs).",
+        type=_int,
+        metavar="N",
+    )
+    flag(
         "--zero-init-residual",
         "Start the last batch norm of each v1 residual unit at 0 (Goyal et al. 2017).",
         action=_BoolFlag,
@@ -742,6 +753,8 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
             % args.num_gpus
         )
     cifar10_model.check_width(args.width_multiplier)
+    if args.ensemble < 1:
+        raise ValueError("--ensemble %d must be at least 1 (1: one network; 2 or more: an ensemble)." % args.ensemble)
     if args.network == "airbench":
         defaults = HParams(data_dir="", job_dir="")
         given = [

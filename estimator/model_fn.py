@@ -85,7 +85,8 @@ def tower_fn(
     """Builds one tower.
 
     Args:
-      model: a network of ``cifar10_model.build`` (``ResNetCifar10`` or ``AirbenchCifar10``).
+      model: a network of ``cifar10_model.build`` (``ResNetCifar10``, ``AirbenchCifar10`` or an
+        ``Ensemble`` of either).
       images: ``[b, HEIGHT, WIDTH, DEPTH]`` float32, values 0..255, NHWC.
       labels: ``[b]`` int32, or None (PREDICT).
       weight_decay: L2 factor over all trainable variables (as the original).
@@ -103,12 +104,17 @@ def tower_fn(
         return TowerOutput(logits, None, None, None)
     weights = example_weights(labels)
     count = tf.reduce_sum(weights)
-    cross_entropy = tf.math.divide_no_nan(tf.reduce_sum(per_example_cross_entropy(logits, labels) * weights), count)
-    objective = cross_entropy
-    if label_smoothing:
-        objective = tf.math.divide_no_nan(
-            tf.reduce_sum(per_example_cross_entropy(logits, labels, label_smoothing) * weights), count
+
+    def mean_cross_entropy(of_logits, smoothing=0.0):
+        return tf.math.divide_no_nan(
+            tf.reduce_sum(per_example_cross_entropy(of_logits, labels, smoothing) * weights), count
         )
+
+    cross_entropy = mean_cross_entropy(logits)  # of what is evaluated: an ensemble's averaged logits
+    # An ensemble's members each learn from their own loss (the sum gives each its full gradient),
+    # never from the averaged logits (estimator.ensemble).
+    heads = getattr(model, "member_logits", None) or [logits]
+    objective = tf.add_n([mean_cross_entropy(head, label_smoothing) for head in heads])
     params = v1.trainable_variables()
     loss = objective + weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in params])
     grads_and_vars = None

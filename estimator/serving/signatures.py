@@ -93,8 +93,8 @@ def check_checkpoint(checkpoint_path: str, variables, hp) -> None:
             found = "missing" if name not in stored else "shaped %s" % stored[name]
             raise CheckpointMismatchError(
                 "%s does not hold a %s: its variable %s is %s (want %s). It was trained with other --network, "
-                "--num-layers, --resnet-version, --width-multiplier or --ema-decay: pass the job's own hparams "
-                "(--job-dir of that job)." % (checkpoint_path, cifar10_model.describe(hp), name, found, shape)
+                "--num-layers, --resnet-version, --width-multiplier, --ensemble or --ema-decay: pass the job's own "
+                "hparams (--job-dir of that job)." % (checkpoint_path, cifar10_model.describe(hp), name, found, shape)
             )
 
 
