@@ -116,3 +116,22 @@ def test_an_ensemble_job_trains_exports_predicts_and_refuses_a_single_network_re
     assert round(json.loads(scored)["accuracy"] * 1017) == round(results["accuracy"] * 1017)
     code, out = run_job(mini_records, job, *small.split(), "--train-steps", "4")
     assert code == 2 and "--ensemble is 1 here, 2 in its hparams.json" in out, out[-2000:]
+    # benchmarks.ensemble_members scores each member alone and their mean: the mean is the job's own figure.
+    from benchmarks import ensemble_members
+
+    out_json = str(tmp_path / "members.json")
+    ensemble_members.main([job, "--data-dir", mini_records, "--out", out_json])
+    scored = json.load(open(out_json))
+    assert scored["test_images"] == 1017 and len(scored["member_accuracy"]) == 2 and len(scored["pairs_agreeing"]) == 1
+    assert round(scored["ensemble_accuracy"] * 1017) == round(results["accuracy"] * 1017)
+    assert all(0 < a < 1 for a in scored["member_accuracy"]) and 0 < scored["pairs_agreeing"][0] <= 1
+
+
+def test_ensemble_members_refuses_a_single_network_job(tmp_path):
+    from benchmarks import ensemble_members
+    from estimator import config
+
+    config.save(hp(job_dir=str(tmp_path)))
+    with pytest.raises(SystemExit, match="trained one network \\(--ensemble 1\\): nothing to compare"):
+        ensemble_members.main([str(tmp_path), "--data-dir", "unused", "--out", str(tmp_path / "m.json")])
+    assert not os.path.exists(str(tmp_path / "m.json"))
