@@ -12,6 +12,10 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
 MINI_ARCHIVE = os.path.join(SHARED_DATA, "cifar-10-mini-python.tar.gz")
+# A quarter-width airbench network on small batches: a real job of a few seconds.
+SMALL_AIRBENCH = (
+    "--num-gpus 0 --network airbench --width-multiplier 0.25 --train-batch-size 32 --eval-batch-size 339".split()
+)
 MINI_SHA256 = "725b7c7a07002b7a8100aa0f84e2b2a528c9ab7e03d55ab240a67e44aff60726"
 
 
@@ -60,6 +64,21 @@ def run_module(module, *args, env=None, timeout=600):
         timeout=timeout,
     )
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def predict_records(job_dir, data_dir, tmp_path):
+    """``python -m estimator.predict --json`` of the job's final export on DATA_DIR/eval.tfrecords (its
+    confusion matrix under ``tmp_path``); returns (exit code, stdout, stderr)."""
+    return run_module(
+        "estimator.predict",
+        "--model",
+        os.path.join(job_dir, "export", "final"),
+        "--records",
+        os.path.join(data_dir, "eval.tfrecords"),
+        "--json",
+        "--confusion-matrix",
+        str(tmp_path / "cm.png"),
+    )
 
 
 def run_joined(module, *args, env=None, timeout=600):

@@ -10,7 +10,7 @@ import tensorflow as tf
 from estimator import airbench_model, cifar10_model
 from estimator.cifar10 import Cifar10DataSet
 from estimator.model_fn import model_fn
-from tests.helpers import hp, run_job, run_module
+from tests.helpers import SMALL_AIRBENCH, hp, predict_records, run_job
 
 v1 = tf.compat.v1
 
@@ -211,25 +211,14 @@ def test_activation_resolves_to_the_networks_own_and_gelu_is_refused_for_resnets
 @pytest.mark.slow
 def test_an_airbench_job_trains_exports_predicts_and_refuses_a_resnet_restart(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    eval_records = os.path.join(mini_records, "eval.tfrecords")
-    small = "--num-gpus 0 --network airbench --width-multiplier 0.25 --train-batch-size 32 --eval-batch-size 339"
-    code, out = run_job(mini_records, job, *small.split(), *"--train-steps 3 --eval-policy final --eval-tta".split())
+    code, out = run_job(mini_records, job, *SMALL_AIRBENCH, *"--train-steps 3 --eval-policy final --eval-tta".split())
     assert code == 0, out[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
     assert results["global_step"] == 3 and 0 <= results["accuracy_tta"] <= 1
     assert json.load(open(os.path.join(job, "hparams.json")))["hparams"]["network"] == "airbench"
     assert "airbench network x0.25 wide, fp32" in out
     # The export holds the trained network: predicting the test records gives the evaluation's accuracy.
-    rc, scored, err = run_module(
-        "estimator.predict",
-        "--model",
-        os.path.join(job, "export", "final"),
-        "--records",
-        eval_records,
-        "--json",
-        "--confusion-matrix",
-        str(tmp_path / "cm.png"),
-    )
+    rc, scored, err = predict_records(job, mini_records, tmp_path)
     assert rc == 0, err
     assert round(json.loads(scored)["accuracy"] * 1017) == round(results["accuracy"] * 1017)
     code, out = run_job(mini_records, job, "--num-gpus", "0", "--train-steps", "4", "--train-batch-size", "32")

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from estimator import cifar10_model, ensemble
 from estimator.model_fn import tower_fn
-from tests.helpers import hp, run_job, run_module
+from tests.helpers import SMALL_AIRBENCH, hp, predict_records, run_job
 
 v1 = tf.compat.v1
 
@@ -94,27 +94,17 @@ def test_ensemble_flag_is_recorded_described_and_refused_below_one(mini_records,
 @pytest.mark.slow
 def test_an_ensemble_job_trains_exports_predicts_and_refuses_a_single_network_restart(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    small = "--num-gpus 0 --network airbench --width-multiplier 0.25 --train-batch-size 32 --eval-batch-size 339"
-    code, out = run_job(mini_records, job, *small.split(), *"--ensemble 2 --train-steps 3 --eval-policy final".split())
+    code, out = run_job(mini_records, job, *SMALL_AIRBENCH, *"--ensemble 2 --train-steps 3 --eval-policy final".split())
     assert code == 0, out[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
     assert results["global_step"] == 3
     assert json.load(open(os.path.join(job, "hparams.json")))["hparams"]["ensemble"] == 2
     assert "ensemble of 2 airbench networks x0.25 wide, fp32" in out
     # The export averages both members: predicting the test records gives the evaluation's accuracy.
-    rc, scored, err = run_module(
-        "estimator.predict",
-        "--model",
-        os.path.join(job, "export", "final"),
-        "--records",
-        os.path.join(mini_records, "eval.tfrecords"),
-        "--json",
-        "--confusion-matrix",
-        str(tmp_path / "cm.png"),
-    )
+    rc, scored, err = predict_records(job, mini_records, tmp_path)
     assert rc == 0, err
     assert round(json.loads(scored)["accuracy"] * 1017) == round(results["accuracy"] * 1017)
-    code, out = run_job(mini_records, job, *small.split(), "--train-steps", "4")
+    code, out = run_job(mini_records, job, *SMALL_AIRBENCH, "--train-steps", "4")
     assert code == 2 and "--ensemble is 1 here, 2 in its hparams.json" in out, out[-2000:]
     # benchmarks.ensemble_members scores each member alone and their mean: the mean is the job's own figure.
     from benchmarks import ensemble_members

@@ -15,7 +15,7 @@ from estimator import config
 from estimator.cifar10 import Cifar10DataSet
 from estimator.hparams import HParams
 from estimator.model_fn import model_fn
-from tests.helpers import REPO, events, run_job, run_module
+from tests.helpers import REPO, events, predict_records, run_job, run_module
 
 pytestmark = pytest.mark.slow
 
@@ -122,16 +122,7 @@ def test_signatures_match_estimator_predict_in_a_fresh_process(job, mini_records
 
 
 def test_predict_records_reproduces_the_evaluation_accuracy(job, mini_records, tmp_path):
-    rc, out, err = run_module(
-        "estimator.predict",
-        "--model",
-        os.path.join(job, "export", "final"),
-        "--records",
-        os.path.join(mini_records, "eval.tfrecords"),
-        "--json",
-        "--confusion-matrix",
-        str(tmp_path / "cm.png"),
-    )
+    rc, out, err = predict_records(job, mini_records, tmp_path)
     assert rc == 0, err
     scored = json.loads(out)
     results = json.load(open(os.path.join(job, "results.json")))
