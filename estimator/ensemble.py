@@ -11,7 +11,7 @@ Why: on these 50,000 images a single network is short of data, not of steps (twi
 make partly independent errors, which averaging removes. N members cost N times the FLOPs per
 image, so under a time budget each member sees 1/N of the epochs. Measured at 30 minutes (Zen 5,
 docs/training.md): two airbench networks of 14 epochs each score 90.07% and 89.56% alone and 90.54%
-together, level with one network of 28 epochs (90.46-90.72%); the recipes train one.
+together, level with one network of 28 epochs (90.44-90.72%); the recipes train one.
 """
 
 from __future__ import annotations
