@@ -114,7 +114,12 @@ def tower_fn(
     # An ensemble's members each learn from their own loss (the sum gives each its full gradient),
     # never from the averaged logits (estimator.ensemble).
     heads = getattr(model, "member_logits", None) or [logits]
-    objective = tf.add_n([mean_cross_entropy(head, label_smoothing) for head in heads])
+    objective = tf.add_n(
+        [
+            cross_entropy if head is logits and not label_smoothing else mean_cross_entropy(head, label_smoothing)
+            for head in heads
+        ]
+    )
     params = v1.trainable_variables()
     loss = objective + weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in params])
     grads_and_vars = None
