@@ -14,7 +14,9 @@ recipe (label smoothing 0.2, Nesterov momentum 0.85, shifts of 2 pixels, test-ti
 translations, the 64x learning rate of the batch-norm shifts: ``--bias-lr-scale``, Lookahead:
 ``--lookahead``, alternating flips: ``--flip alternate``) is spelled out in flags
 (recipes/cpu_5min.args). ``--activation relu`` puts ReLU in GELU's place (faster on the CPU,
-less accurate). Left out: freezing the whitening bias after 3 epochs.
+less accurate). ``--group-depth 3`` gives each group airbench96's third convolution, with the
+group's first activation added back before the last one (a residual around the last two
+convolutions). Left out: freezing the whitening bias after 3 epochs.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ WHITEN_EPS = 5e-4
 # Images whose patches estimate the covariance (airbench: 5,000).
 WHITEN_IMAGES = 5000
 LOGIT_SCALE = 1.0 / 9.0
+# --group-depth: 3x3 convolutions per group: airbench94's 2, or airbench96's 3 (the last two inside a
+# residual connection).
+GROUP_DEPTHS = (2, 3)
 # --activation: airbench's GELU (exact, with erf), or ReLU, which TensorFlow 2.15 fuses into the
 # batch norm before it on the CPU (oneDNN): 1.13x the training images/s in a 30-minute bf16 run on
 # a Zen 5, where GELU's forward and backward passes are separate element-wise operations.
@@ -84,7 +89,8 @@ def dirac_initializer(shape, dtype=tf.float32, partition_info=None):
 
 
 class AirbenchCifar10(model_base.ResNet):
-    """Airbench94's network with 10 logits; ``width_multiplier`` scales its 64/256/256 filters.
+    """Airbench94's network with 10 logits; ``width_multiplier`` scales its 64/256/256 filters;
+    ``group_depth`` 3 makes its groups airbench96's (three convolutions, a residual around the last two).
 
     ``whitening``: the whitening kernel's initial value (``whitening_kernel`` of training images),
     used when variables are initialised (a checkpoint restores it instead). None (evaluation,
@@ -102,6 +108,7 @@ class AirbenchCifar10(model_base.ResNet):
         width_multiplier: float = 1.0,
         whitening=None,
         activation: str = "gelu",
+        group_depth: int = 2,
     ):
         super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision)
         self.num_classes = fmt.NUM_CLASSES
@@ -110,6 +117,9 @@ class AirbenchCifar10(model_base.ResNet):
         if activation not in ACTIVATIONS:
             raise ValueError("activation %r is not one of %s." % (activation, ", ".join(ACTIVATIONS)))
         self._activation = ACTIVATIONS[activation]
+        if group_depth not in GROUP_DEPTHS:
+            raise ValueError("group_depth %r is not one of %s." % (group_depth, GROUP_DEPTHS))
+        self.group_depth = group_depth
 
     def _act(self, x):
         y = self._activation(x)
@@ -156,8 +166,13 @@ class AirbenchCifar10(model_base.ResNet):
                 x = self._dirac_conv(x, width, "conv1")
                 x = self._max_pool(x, 2)
                 x = self._act(self._batch_norm(x, name="bn1", scale=False))
+                shortcut = x
                 x = self._dirac_conv(x, width, "conv2")
-                x = self._act(self._batch_norm(x, name="bn2", scale=False))
+                x = self._batch_norm(x, name="bn2", scale=False)
+                if self.group_depth == 3:  # airbench96: conv3's batch norm plus the shortcut, then GELU
+                    x = self._dirac_conv(self._act(x), width, "conv3")
+                    x = self._batch_norm(x, name="bn3", scale=False) + shortcut
+                x = self._act(x)
         x = self._max_pool(x, 3)  # 3x3 maps: one value per channel
         x = tf.cast(tf.reshape(x, [-1, self.widths[-1]]), tf.float32)
         with v1.variable_scope("fc"):

@@ -121,8 +121,9 @@ def describe(hp) -> str:
     width = "" if hp.width_multiplier == 1 else " x%g wide" % hp.width_multiplier
     if hp.network == "airbench":
         activation = activation_of(hp)
-        name = "airbench network%s%s" % (
+        name = "airbench network%s%s%s" % (
             width,
+            "" if hp.group_depth == 2 else ", %d convolutions per group" % hp.group_depth,
             "" if activation == DEFAULT_ACTIVATIONS["airbench"] else ", " + activation,
         )
     else:
@@ -157,6 +158,7 @@ def _build_one(hp, is_training: bool, precision: str = None, whitening=None):
             width_multiplier=hp.width_multiplier,
             whitening=whitening,
             activation=activation_of(hp),
+            group_depth=hp.group_depth,
         )
     if hp.network != "resnet":
         raise ValueError("network %r is not one of %s." % (hp.network, ", ".join(NETWORKS)))

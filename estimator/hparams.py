@@ -61,6 +61,9 @@ class HParams:
     # copies of CIFAR-10 hold less signal than the original pixels; ten times the floor cost 0.45 at
     # 30 minutes on the JPEG stand-in (docs/training.md), so the default stays airbench's.
     whiten_eps: float = airbench_model.WHITEN_EPS
+    # The airbench network's 3x3 convolutions per group: 2 (airbench94's) or 3 (airbench96's, a residual
+    # around the last two; about 1.36x the FLOPs per image).
+    group_depth: int = 2
     train_steps: int = 80000
     train_epochs: float = None
     # Seconds the whole command may take (estimator.time_budget plans the steps); None: off.
@@ -386,6 +389,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--network airbench: added to each eigenvalue of the image patches' covariance (relative to their "
         "mean) when the whitening layer is computed; larger damps the flattest directions (airbench: 5e-4).",
         type=_float,
+    )
+    flag(
+        "--group-depth",
+        "--network airbench: 3x3 convolutions per group, 2 (airbench94's, the default) or 3 (airbench96's: a "
+        "residual connection around the last two; about 1.36x the FLOPs per image).",
+        type=_int,
+        choices=list(airbench_model.GROUP_DEPTHS),
     )
     flag("--num-layers", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...", type=_int)
     flag(
@@ -788,6 +798,11 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         raise ValueError(
             "--whiten-eps %s shapes the whitening layer of --network airbench; the ResNets have none: drop it "
             "or use --network airbench." % args.whiten_eps
+        )
+    if args.network != "airbench" and args.group_depth != HParams.group_depth:
+        raise ValueError(
+            "--group-depth %d shapes the groups of --network airbench; a ResNet's depth is --num-layers: drop it "
+            "or use --network airbench." % args.group_depth
         )
     if not args.bias_lr_scale > 0:
         raise ValueError(

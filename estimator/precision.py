@@ -73,6 +73,7 @@ def cache_key(cpu_model: str, hp) -> str:
             hp.num_layers,
             hp.resnet_version,
             hp.width_multiplier,
+            hp.group_depth,
             hp.ensemble,
             hp.train_batch_size // len(hp.towers),
             hp.data_format,

@@ -103,6 +103,67 @@ def test_network_shape_and_parameter_count():
     assert cifar10_model.describe(hp(num_layers=14, width_multiplier=2)) == "ResNet-14 v1 x2 wide"
 
 
+def test_group_depth_3_adds_airbench96s_third_convolution_inside_a_residual(tmp_path):
+    from math import erf
+
+    from estimator import resilience
+
+    # Each group gains a 3x3 convolution of its width and a batch-norm shift: 1.36x the MACs per image.
+    trainable = 1971352 + 9 * (64 * 64 + 256 * 256 + 256 * 256) + (64 + 256 + 256)
+    with tf.Graph().as_default():
+        model = cifar10_model.build(hp(network="airbench", group_depth=3), True)
+        assert model.forward_pass(tf.zeros([2, 32, 32, 3])).shape == (2, 10)
+        assert sum(v.shape.num_elements() for v in v1.trainable_variables()) == trainable == 3188440
+    with tf.Graph().as_default():
+        model = cifar10_model.build(hp(network="airbench", group_depth=3, width_multiplier=0.25), True)
+        model.forward_pass(tf.random.uniform([2, 32, 32, 3], 0, 255, seed=3))
+        acts = model.relu_outputs  # the whitening's, then per group: bn1's, bn2's, the residual's
+        assert len(acts) == 10
+        # GELU(z) = Mul(Mul(0.5, z), 1 + erf(...)); z = bn3 + the group's first activation.
+        sums = [a.op.inputs[0].op.inputs[1] for a in acts[3::3]]
+        assert all(z.op.type == "AddV2" and z.op.inputs[1] is acts[i] for z, i in zip(sums, (1, 4, 7)))
+        # ... of the batch norm of the group's third convolution.
+        convs = [z.op.inputs[0].op.inputs[0] for z in sums]
+        assert [z.op.inputs[0].op.type for z in sums] == ["FusedBatchNormV3"] * 3
+        kernels = [c.op.inputs[1].op.inputs[0].name for c in convs]  # Conv2D(x, ReadVariableOp(kernel))
+        assert kernels == ["group%d/conv3/kernel:0" % g for g in (1, 2, 3)]
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            values = sess.run([(z.op.inputs[0], z.op.inputs[1], a) for z, a in zip(sums, acts[3::3])])
+        for bn3, shortcut, y in values:
+            z = bn3 + shortcut
+            np.testing.assert_allclose(y, z * 0.5 * (1 + np.vectorize(erf)(z / np.sqrt(2))), atol=1e-5)
+            assert np.abs(shortcut).max() > 0.1 and np.abs(bn3).max() > 0.1  # both terms count
+    assert (
+        cifar10_model.describe(hp(network="airbench", group_depth=3, activation="relu"))
+        == "airbench network, 3 convolutions per group, relu"
+    )
+    # A job dir of the other depth holds other variables: refused on restart (an older job's
+    # hparams.json without the field was trained with 2).
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "hparams.json").write_text(json.dumps({"hparams": {"network": "airbench", "num_layers": 8}}))
+    resilience.check_same_network(hp(network="airbench", job_dir=str(job)))
+    with pytest.raises(resilience.ForeignJobDirError, match="--group-depth is 3 here, 2 in its hparams.json"):
+        resilience.check_same_network(hp(network="airbench", job_dir=str(job), group_depth=3))
+
+
+def test_group_depth_is_parsed_and_refused_where_it_cannot_apply(mini_records, tmp_path, capsys):
+    from estimator import cifar10_main
+
+    argv = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0"]
+    assert cifar10_main.parse(argv + ["--network", "airbench"]).group_depth == 2
+    assert cifar10_main.parse(argv + ["--network", "airbench", "--group-depth", "3"]).group_depth == 3
+    for flags, message in [
+        ("--group-depth 3", "--group-depth 3 shapes the groups of --network airbench; a ResNet's depth is"),
+        ("--network airbench --group-depth 4", "--group-depth: invalid choice: 4 (choose from 2, 3)"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            cifar10_main.parse(argv + flags.split())
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    assert not os.path.exists(str(tmp_path / "j"))
+
+
 def test_both_data_formats_compute_the_same_function():
     images = np.random.RandomState(0).uniform(0, 255, size=(3, 32, 32, 3)).astype(np.float32)
 

@@ -38,7 +38,7 @@ HEARTBEAT_SECS = 30.0
 STALE_SECS = 300.0
 
 # What shapes the checkpoint: its variables and their shapes.
-NETWORK_FLAGS = ("network", "num_layers", "resnet_version", "width_multiplier", "ensemble")
+NETWORK_FLAGS = ("network", "num_layers", "resnet_version", "width_multiplier", "group_depth", "ensemble")
 # Flags whose value may change on a restart, but whose being on or off changes the checkpoint's variables.
 SWITCH_FLAGS = ("ema_decay", "lookahead")
 
