@@ -1,13 +1,15 @@
 """Where a training step's time goes, by op type, fp32 beside bf16, in one run.
 
     python -m benchmarks.step_profile --num-layers 20 --batch-size 256
+    python -m benchmarks.step_profile --network airbench --batch-size 512 --data-dir work/cifar-10-full
 
 Builds the trainer's own training graph (``model_fn`` in TRAIN mode, one tower,
 random images), runs warm-up steps, then traces a few steps with TensorFlow's
 step stats (``RunOptions.FULL_TRACE``) and sums each op type's time: the
 convolutions and their gradients, batch norm, the casts bf16 adds, the layout
-reorders oneDNN inserts, and the rest. Op times overlap on two threads, so the
-shares are of the summed op time, and the step's wall time is printed beside.
+reorders oneDNN inserts, GELU (the ops under its name, forward and gradient),
+max pooling, and the rest. Op times overlap on two threads, so the shares are
+of the summed op time, and the step's wall time is printed beside.
 Prints the CPU model and its bf16 flags (figures only compare within one run)
 and writes JSON.
 """
@@ -28,10 +30,15 @@ GROUPS = (
     ("layout reorder", ("Transpose", "ToTf", "Reorder")),
     ("elementwise", ("Relu", "Add", "Mul", "Sub", "Pad", "Identity")),
     ("optimizer", ("Momentum",)),
+    ("max pool", ("MaxPool",)),
 )
 
 
-def group_of(op_type: str) -> str:
+def group_of(op_type: str, node_name: str = "") -> str:
+    # GELU is several elementwise ops (Mul, Erf, AddV2 and their gradients): told apart by its name
+    # scope ("Gelu/", "gradients/.../Gelu/..._grad"), not by type.
+    if "Gelu" in node_name or op_type == "Erf":
+        return "GELU"
     for group, names in GROUPS:
         if any(name in op_type for name in names):
             return group
@@ -46,7 +53,8 @@ def op_type_of(node) -> str:
     return node.node_name.split(":")[0].rsplit("/", 1)[-1]
 
 
-def profile(num_layers: int, batch_size: int, precision: str, width: float, steps: int, warmup: int) -> dict:
+def profile(num_layers: int, batch_size: int, precision: str, width: float, steps: int, warmup: int, **network) -> dict:
+    """``network``: further HParams fields (``network="airbench"``, ``group_depth=3``, ...)."""
     import numpy as np
     import tensorflow as tf
 
@@ -55,7 +63,7 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
     from estimator.model_fn import model_fn
 
     v1 = tf.compat.v1
-    hp = HParams(
+    fields = dict(
         data_dir="unused",
         job_dir="unused",
         num_gpus=0,
@@ -69,6 +77,7 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
         num_train_examples=50000,
         health_checks="off",
     )
+    hp = HParams(**dict(fields, **network))
     with tf.Graph().as_default():
         v1.set_random_seed(0)
         rng = np.random.RandomState(0)
@@ -85,6 +94,7 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
                 sess.run(spec.train_op)
             wall = (time.perf_counter() - start) / steps
             by_type = collections.Counter()
+            by_group = collections.Counter()
             options = v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE)
             for _ in range(steps):
                 metadata = v1.RunMetadata()
@@ -92,10 +102,9 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
                 for device in metadata.step_stats.dev_stats:
                     for node in device.node_stats:
                         by_type[op_type_of(node)] += node.all_end_rel_micros
+                        by_group[group_of(op_type_of(node), node.node_name)] += node.all_end_rel_micros
     total = sum(by_type.values())
-    groups = collections.Counter()
-    for op_type, micros in by_type.items():
-        groups[group_of(op_type)] += micros
+    groups = by_group
     return {
         "images_per_sec": round(batch_size / wall, 1),
         "step_ms": round(1000 * wall, 2),
@@ -107,7 +116,13 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--num-layers", type=int, default=20)
+    parser.add_argument("--network", choices=["resnet", "airbench"], default="resnet")
+    parser.add_argument("--num-layers", type=int, default=20, help="ResNets only.")
+    parser.add_argument("--activation", choices=["gelu", "relu"], help="airbench only; default gelu.")
+    parser.add_argument("--group-depth", type=int, default=2, help="airbench only.")
+    parser.add_argument(
+        "--data-dir", help="airbench only: TFRecords whose first training images its whitening layer is computed from."
+    )
     parser.add_argument("--width-multiplier", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
@@ -120,13 +135,23 @@ def main(argv=None):
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
     print_machine()
     result = {}
+    network = {}
+    if args.network == "airbench":
+        if not args.data_dir:
+            parser.error("--network airbench needs --data-dir (its whitening layer is computed from training images)")
+        network = dict(
+            network="airbench", activation=args.activation, group_depth=args.group_depth, data_dir=args.data_dir
+        )
+        name = "airbench network (%s, %d convolutions per group)" % (args.activation or "gelu", args.group_depth)
+    else:
+        name = "ResNet-%d" % args.num_layers
     for precision in args.precisions:
         result[precision] = profile(
-            args.num_layers, args.batch_size, precision, args.width_multiplier, args.steps, args.warmup
+            args.num_layers, args.batch_size, precision, args.width_multiplier, args.steps, args.warmup, **network
         )
     print(
-        "\nResNet-%d (width %g), batch %d: ms per step by op group (summed op time; ops overlap on threads)"
-        % (args.num_layers, args.width_multiplier, args.batch_size)
+        "\n%s (width %g), batch %d: ms per step by op group (summed op time; ops overlap on threads)"
+        % (name, args.width_multiplier, args.batch_size)
     )
     names = list(result)
     groups = sorted(

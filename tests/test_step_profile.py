@@ -1,0 +1,33 @@
+"""benchmarks.step_profile: op times grouped as the docs report them, for both networks."""
+
+import pytest
+
+from benchmarks import step_profile
+
+
+@pytest.mark.parametrize(
+    "op_type,node_name,group",
+    [
+        ("Mul", "tower_0/resnet/group1/Gelu/mul_1", "GELU"),
+        ("Mul", "gradients/tower_0/resnet/group1/Gelu/mul_1_grad/Mul", "GELU"),
+        ("Erf", "tower_0/resnet/group1/Erf", "GELU"),
+        ("Mul", "tower_0/resnet/mul", "elementwise"),
+        ("_MklNativeConv2DBackpropFilter", "gradients/x/Conv2D_grad", "convolution"),
+        ("MaxPoolGrad", "gradients/x/MaxPool_grad", "max pool"),
+        ("_MklNativeFusedBatchNormGradV3", "gradients/x", "batch norm"),
+        ("Unique", "x", "other"),
+    ],
+)
+def test_ops_fall_in_their_group(op_type, node_name, group):
+    assert step_profile.group_of(op_type, node_name) == group
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_an_airbench_step_is_profiled_with_its_gelu_and_pools(mini_records, activation):
+    result = step_profile.profile(
+        8, 8, "fp32", 0.25, 1, 1, network="airbench", activation=activation, group_depth=2, data_dir=mini_records
+    )
+    groups = result["groups_ms"]
+    assert groups["convolution"] > 0 and groups["max pool"] > 0 and result["images_per_sec"] > 0
+    assert ("GELU" in groups) == (activation == "gelu")
+    assert sum(groups.values()) == pytest.approx(result["op_ms_per_step"], abs=0.05)
