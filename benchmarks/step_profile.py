@@ -95,6 +95,7 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
             wall = (time.perf_counter() - start) / steps
             by_type = collections.Counter()
             by_group = collections.Counter()
+            by_node = collections.Counter()
             options = v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE)
             for _ in range(steps):
                 metadata = v1.RunMetadata()
@@ -103,6 +104,7 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
                     for node in device.node_stats:
                         by_type[op_type_of(node)] += node.all_end_rel_micros
                         by_group[group_of(op_type_of(node), node.node_name)] += node.all_end_rel_micros
+                        by_node["%s %s" % (op_type_of(node), node.node_name)] += node.all_end_rel_micros
     total = sum(by_type.values())
     groups = by_group
     return {
@@ -111,6 +113,8 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
         "op_ms_per_step": round(total / steps / 1000, 2),
         "groups_ms": {g: round(v / steps / 1000, 2) for g, v in groups.most_common()},
         "top_ops_ms": {t: round(v / steps / 1000, 2) for t, v in by_type.most_common(15)},
+        # Which layer an op time belongs to ("_MklNativeConv2DBackpropFilter .../group3/Conv2D_grad/...").
+        "top_nodes_ms": {n: round(v / steps / 1000, 2) for n, v in by_node.most_common(20)},
     }
 
 
@@ -168,6 +172,9 @@ def main(argv=None):
             "\n%s, top op types (ms per step): %s"
             % (n, ", ".join("%s %.1f" % kv for kv in result[n]["top_ops_ms"].items()))
         )
+        print("%s, slowest ops (ms per step):" % n)
+        for node, ms in result[n]["top_nodes_ms"].items():
+            print("  %8.1f  %s" % (ms, node))
     write_result(args.out, dict(result, settings=vars(args)))
     return 0
 

@@ -31,3 +31,6 @@ def test_an_airbench_step_is_profiled_with_its_gelu_and_pools(mini_records, acti
     assert groups["convolution"] > 0 and groups["max pool"] > 0 and result["images_per_sec"] > 0
     assert ("GELU" in groups) == (activation == "gelu")
     assert sum(groups.values()) == pytest.approx(result["op_ms_per_step"], abs=0.05)
+    # The slowest single ops name their layer: a convolution gradient of one of the three groups.
+    assert any("Conv2DBackprop" in n and "/group" in n for n in result["top_nodes_ms"])
+    assert len(result["top_nodes_ms"]) == 20
