@@ -59,6 +59,7 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
     import tensorflow as tf
 
     from estimator import cifar10_format as fmt
+    from estimator import cifar10_model
     from estimator.hparams import HParams
     from estimator.model_fn import model_fn
 
@@ -102,16 +103,17 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
                 sess.run(spec.train_op, options=options, run_metadata=metadata)
                 for device in metadata.step_stats.dev_stats:
                     for node in device.node_stats:
-                        by_type[op_type_of(node)] += node.all_end_rel_micros
-                        by_group[group_of(op_type_of(node), node.node_name)] += node.all_end_rel_micros
-                        by_node["%s %s" % (op_type_of(node), node.node_name)] += node.all_end_rel_micros
+                        op_type, micros = op_type_of(node), node.all_end_rel_micros
+                        by_type[op_type] += micros
+                        by_group[group_of(op_type, node.node_name)] += micros
+                        by_node["%s %s" % (op_type, node.node_name)] += micros
     total = sum(by_type.values())
-    groups = by_group
     return {
+        "network": cifar10_model.describe(hp),
         "images_per_sec": round(batch_size / wall, 1),
         "step_ms": round(1000 * wall, 2),
         "op_ms_per_step": round(total / steps / 1000, 2),
-        "groups_ms": {g: round(v / steps / 1000, 2) for g, v in groups.most_common()},
+        "groups_ms": {g: round(v / steps / 1000, 2) for g, v in by_group.most_common()},
         "top_ops_ms": {t: round(v / steps / 1000, 2) for t, v in by_type.most_common(15)},
         # Which layer an op time belongs to ("_MklNativeConv2DBackpropFilter .../group3/Conv2D_grad/...").
         "top_nodes_ms": {n: round(v / steps / 1000, 2) for n, v in by_node.most_common(20)},
@@ -119,11 +121,15 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
 
 
 def main(argv=None):
+    from estimator import airbench_model, cifar10_model
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--network", choices=["resnet", "airbench"], default="resnet")
+    parser.add_argument("--network", choices=cifar10_model.NETWORKS, default="resnet")
     parser.add_argument("--num-layers", type=int, default=20, help="ResNets only.")
-    parser.add_argument("--activation", choices=["gelu", "relu"], help="airbench only; default gelu.")
-    parser.add_argument("--group-depth", type=int, default=2, help="airbench only.")
+    parser.add_argument("--activation", choices=cifar10_model.ACTIVATIONS, help="airbench only; default gelu.")
+    parser.add_argument(
+        "--group-depth", type=int, choices=airbench_model.GROUP_DEPTHS, default=2, help="airbench only."
+    )
     parser.add_argument(
         "--data-dir", help="airbench only: TFRecords whose first training images its whitening layer is computed from."
     )
@@ -146,18 +152,15 @@ def main(argv=None):
         network = dict(
             network="airbench", activation=args.activation, group_depth=args.group_depth, data_dir=args.data_dir
         )
-        name = "airbench network (%s, %d convolutions per group)" % (args.activation or "gelu", args.group_depth)
-    else:
-        name = "ResNet-%d" % args.num_layers
     for precision in args.precisions:
         result[precision] = profile(
             args.num_layers, args.batch_size, precision, args.width_multiplier, args.steps, args.warmup, **network
         )
-    print(
-        "\n%s (width %g), batch %d: ms per step by op group (summed op time; ops overlap on threads)"
-        % (name, args.width_multiplier, args.batch_size)
-    )
     names = list(result)
+    print(
+        "\n%s, batch %d: ms per step by op group (summed op time; ops overlap on threads)"
+        % (result[names[0]]["network"], args.batch_size)
+    )
     groups = sorted(
         {g for r in result.values() for g in r["groups_ms"]}, key=lambda g: -result[names[0]]["groups_ms"].get(g, 0)
     )

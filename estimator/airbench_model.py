@@ -166,11 +166,9 @@ class AirbenchCifar10(model_base.ResNet):
                 x = self._dirac_conv(x, width, "conv1")
                 x = self._max_pool(x, 2)
                 x = self._act(self._batch_norm(x, name="bn1", scale=False))
-                if self.group_depth == 2:
-                    x = self._act(self._batch_norm(self._dirac_conv(x, width, "conv2"), name="bn2", scale=False))
-                else:  # airbench96: conv3's batch norm plus the group's first activation, then GELU
-                    shortcut = x
-                    x = self._act(self._batch_norm(self._dirac_conv(x, width, "conv2"), name="bn2", scale=False))
+                shortcut = x
+                x = self._act(self._batch_norm(self._dirac_conv(x, width, "conv2"), name="bn2", scale=False))
+                if self.group_depth == 3:  # airbench96: conv3's batch norm plus the shortcut, then GELU
                     x = self._batch_norm(self._dirac_conv(x, width, "conv3"), name="bn3", scale=False)
                     x = self._act(x + shortcut)
         x = self._max_pool(x, 3)  # 3x3 maps: one value per channel
