@@ -2,6 +2,7 @@
 
     python -m benchmarks.step_profile --num-layers 20 --batch-size 256
     python -m benchmarks.step_profile --network airbench --batch-size 512 --data-dir work/cifar-10-full
+    python -m benchmarks.step_profile --network airbench --batch-size 512 --data-dir D --image-sizes 32 28 24 20
 
 Builds the trainer's own training graph (``model_fn`` in TRAIN mode, one tower,
 random images), runs warm-up steps, then traces a few steps with TensorFlow's
@@ -10,6 +11,8 @@ convolutions and their gradients, batch norm, the casts bf16 adds, the layout
 reorders oneDNN inserts, GELU (the ops under its name, forward and gradient),
 max pooling, and the rest. Op times overlap on two threads, so the shares are
 of the summed op time, and the step's wall time is printed beside.
+``--image-sizes``: the same for training images of other sides, as ``--progressive-resize``
+trains on them (resized in the graph), with each size's images/s relative to 32 pixels.
 Prints the CPU model and its bf16 flags (figures only compare within one run)
 and writes JSON.
 """
@@ -53,8 +56,11 @@ def op_type_of(node) -> str:
     return node.node_name.split(":")[0].rsplit("/", 1)[-1]
 
 
-def profile(num_layers: int, batch_size: int, precision: str, width: float, steps: int, warmup: int, **network) -> dict:
-    """``network``: further HParams fields (``network="airbench"``, ``group_depth=3``, ...)."""
+def profile(
+    num_layers: int, batch_size: int, precision: str, width: float, steps: int, warmup: int, image_size=32, **network
+) -> dict:
+    """``network``: further HParams fields (``network="airbench"``, ``group_depth=3``, ...); ``image_size``:
+    the side training images are resized to (``--progressive-resize``; 32: not resized)."""
     import numpy as np
     import tensorflow as tf
 
@@ -78,6 +84,9 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
         num_train_examples=50000,
         health_checks="off",
     )
+    if image_size != fmt.HEIGHT:
+        # --progressive-resize at this side until the end of 80,000 steps: a few steps are all at it.
+        fields.update(progressive_resize=image_size, progressive_resize_until=1.0)
     hp = HParams(**dict(fields, **network))
     with tf.Graph().as_default():
         v1.set_random_seed(0)
@@ -110,6 +119,7 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
     total = sum(by_type.values())
     return {
         "network": cifar10_model.describe(hp),
+        "image_size": image_size,
         "images_per_sec": round(batch_size / wall, 1),
         "step_ms": round(1000 * wall, 2),
         "op_ms_per_step": round(total / steps / 1000, 2),
@@ -117,6 +127,24 @@ def profile(num_layers: int, batch_size: int, precision: str, width: float, step
         "top_ops_ms": {t: round(v / steps / 1000, 2) for t, v in by_type.most_common(15)},
         # Which layer an op time belongs to ("_MklNativeConv2DBackpropFilter .../group3/Conv2D_grad/...").
         "top_nodes_ms": {n: round(v / steps / 1000, 2) for n, v in by_node.most_common(20)},
+    }
+
+
+def run_name(precision: str, size: int) -> str:
+    """A run's key in the JSON: the precision, with the side where it is not 32 ("bf16 24px")."""
+    return precision if size == 32 else "%s %dpx" % (precision, size)
+
+
+def size_speedups(result: dict, precisions, sizes) -> dict:
+    """``{precision: {side: images/s over 32 pixels' images/s}}`` where 32 and another side were run."""
+    if 32 not in sizes or len(sizes) < 2:
+        return {}
+    return {
+        p: {
+            s: round(result[run_name(p, s)]["images_per_sec"] / result[run_name(p, 32)]["images_per_sec"], 3)
+            for s in sizes
+        }
+        for p in precisions
     }
 
 
@@ -138,6 +166,13 @@ def main(argv=None):
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--steps", type=int, default=5, help="Timed steps, then as many traced ones.")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument(
+        "--image-sizes",
+        nargs="+",
+        type=int,
+        default=[32],
+        help="Sides of the training images (32, or as --progressive-resize trains on them: 16-31).",
+    )
     parser.add_argument("--out", default="benchmarks/results/step_profile.json")
     args = parser.parse_args(argv)
     import tensorflow as tf
@@ -152,10 +187,24 @@ def main(argv=None):
         network = dict(
             network="airbench", activation=args.activation, group_depth=args.group_depth, data_dir=args.data_dir
         )
+    from estimator import cifar10_format as fmt
+    from estimator import schedules
+
+    bad = [s for s in args.image_sizes if s != fmt.HEIGHT and not schedules.MIN_RESIZE <= s < fmt.HEIGHT]
+    if bad:
+        parser.error("--image-sizes %s: each must be %d or from %d to %d" % (bad, fmt.HEIGHT, schedules.MIN_RESIZE, 31))
     for precision in args.precisions:
-        result[precision] = profile(
-            args.num_layers, args.batch_size, precision, args.width_multiplier, args.steps, args.warmup, **network
-        )
+        for size in args.image_sizes:
+            result[run_name(precision, size)] = profile(
+                args.num_layers,
+                args.batch_size,
+                precision,
+                args.width_multiplier,
+                args.steps,
+                args.warmup,
+                image_size=size,
+                **network,
+            )
     names = list(result)
     print(
         "\n%s, batch %d: ms per step by op group (summed op time; ops overlap on threads)"
@@ -178,7 +227,17 @@ def main(argv=None):
         print("%s, slowest ops (ms per step):" % n)
         for node, ms in result[n]["top_nodes_ms"].items():
             print("  %8.1f  %s" % (ms, node))
-    write_result(args.out, dict(result, settings=vars(args)))
+    speedups = size_speedups(result, args.precisions, args.image_sizes)
+    if speedups:
+        print("\nimages/s by image side, as a multiple of 32 pixels' (the pixels' share predicts (32/side)^2)")
+        print("%-8s" % "side" + "".join("%12s" % p for p in speedups) + "%12s" % "(32/side)^2")
+        for size in args.image_sizes:
+            print(
+                "%-8d" % size
+                + "".join("%12.2f" % speedups[p][size] for p in speedups)
+                + "%12.2f" % ((fmt.HEIGHT / size) ** 2)
+            )
+    write_result(args.out, dict(result, settings=vars(args), image_size_speedups=speedups))
     return 0
 
 

@@ -116,6 +116,10 @@ class HParams:
     # Pixels of zero padding around each training image before its random 32x32 crop: shifts of up
     # to that many pixels (4: He et al. 2016).
     crop_padding: int = 4
+    # Progressive resizing (schedules.ImageSizes): training images scaled down to this many pixels a
+    # side at first, growing to 32 by the fraction progressive_resize_until of training; 0: off.
+    progressive_resize: int = 0
+    progressive_resize_until: float = schedules.RESIZE_UNTIL
     # How training images are mirrored: random (probability 1/2) or alternate (airbench: a random
     # first view, then the other one every next epoch).
     flip: str = "random"
@@ -230,6 +234,14 @@ class HParams:
             self.global_batch_size,
             by_progress=self.time_budget is not None,
         )
+
+    @property
+    def image_sizes(self):
+        """The sides training images have as training goes on (``schedules.ImageSizes``), or None:
+        always full size."""
+        if not self.progressive_resize:
+            return None
+        return schedules.ImageSizes(self.progressive_resize, self.progressive_resize_until, fmt.HEIGHT)
 
     @property
     def validation_hparams(self) -> HParams:
@@ -560,6 +572,20 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(cifar10.FLIPS),
     )
     flag(
+        "--progressive-resize",
+        "Train on images scaled down to this many pixels a side (%d to %d) at first, growing in steps of %d "
+        "pixels to 32 by --progressive-resize-until of training; evaluation sees 32. Smaller steps are faster "
+        "(a step's time follows its pixels), so a time budget buys more of them. 0: off."
+        % (schedules.MIN_RESIZE, fmt.HEIGHT - 1, schedules.RESIZE_STEP),
+        type=_int,
+    )
+    flag(
+        "--progressive-resize-until",
+        "With --progressive-resize: the fraction of training (of the time budget's plan, or of the steps) "
+        "from which images are full size.",
+        type=_float,
+    )
+    flag(
         "--cutout",
         "After the crop, grey out a square of this many pixels a side of each training image, centred on a "
         "random pixel (DeVries & Taylor 2017); 0: none.",
@@ -816,6 +842,22 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         raise ValueError(
             "--crop-padding %d must be from 0 to %d pixels, e.g. 4 (He et al. 2016) or 2."
             % (args.crop_padding, cifar10.MAX_PAD)
+        )
+    if args.progressive_resize and not schedules.MIN_RESIZE <= args.progressive_resize < fmt.HEIGHT:
+        raise ValueError(
+            "--progressive-resize %d must be from %d to %d pixels a side, e.g. 24 (0: off); below %d the "
+            "networks' last maps vanish."
+            % (args.progressive_resize, schedules.MIN_RESIZE, fmt.HEIGHT - 1, schedules.MIN_RESIZE)
+        )
+    if not 0 < args.progressive_resize_until <= 1:
+        raise ValueError(
+            "--progressive-resize-until %s must be a fraction of training in (0, 1], e.g. %g."
+            % (args.progressive_resize_until, schedules.RESIZE_UNTIL)
+        )
+    if not args.progressive_resize and args.progressive_resize_until != schedules.RESIZE_UNTIL:
+        raise ValueError(
+            "--progressive-resize-until %s times --progressive-resize, which is off: give --progressive-resize "
+            "SIZE (e.g. 24) or drop it." % args.progressive_resize_until
         )
     if args.cutout and not args.use_distortion_for_training:
         raise ValueError(

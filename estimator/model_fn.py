@@ -37,6 +37,8 @@ TOTAL_LOSS = "total_loss:0"
 CROSS_ENTROPY = "cross_entropy:0"
 TRAIN_ACCURACY = "train_accuracy:0"
 LEARNING_RATE = "learning_rate:0"
+# --progressive-resize: the side of this step's training images.
+IMAGE_SIZE = "image_size:0"
 # airbench's Lookahead schedule: a sync every 5 steps, pulling back by 0.95^5 x (fraction done)^3.
 LOOKAHEAD_EVERY = 5
 LOOKAHEAD_MAX_PULL = 0.95**5
@@ -238,13 +240,19 @@ def _make_local(variables):
 def _training_spec(hp, features, labels, mode, config):
     """Towers, the schedule, the optimizer step and training summaries."""
     global_step = v1.train.get_or_create_global_step()
+    done_at = progress_function(hp)
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
         progress = time_budget.progress_tensor(global_step) if hp.schedule.by_progress else None
         learning_rate = tf.identity(hp.schedule.learning_rate(global_step, progress), name=_op_name(LEARNING_RATE))
         base = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum, use_nesterov=hp.nesterov)
         scaled = loss_scale_optimizer(base, hp.precision)
+    images = features
+    if hp.image_sizes is not None:
+        with v1.device(devices.consolidation_device(hp.variable_strategy)):
+            image_size = tf.identity(hp.image_sizes.size_tensor(done_at(global_step)), name=_op_name(IMAGE_SIZE))
+            images = resized_for_training(features, image_size)
     outputs, update_ops, first_model = build_towers(
-        hp, features, labels, mode, optimizer=scaled if scaled is not base else None
+        hp, images, labels, mode, optimizer=scaled if scaled is not base else None
     )
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
         logits = tf.concat([o.logits for o in outputs], axis=0)
@@ -282,11 +290,6 @@ def _training_spec(hp, features, labels, mode, config):
         minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
         train_op = tf.group(minimize, *update_ops)
         if hp.lookahead:
-            if hp.schedule.by_progress:
-                done_at = time_budget.progress_tensor
-            else:
-                total = max(1, hp.schedule.total_steps)
-                done_at = lambda step: tf.cast(step, tf.float64) / total  # noqa: E731
             train_op = apply_lookahead(train_op, averaged_variables(), global_step, done_at)
         if hp.ema_decay:
             train_op = _apply_weight_averages(hp, train_op, global_step)
@@ -297,6 +300,8 @@ def _training_spec(hp, features, labels, mode, config):
             v1.summary.scalar("learning_rate", learning_rate)
             v1.summary.scalar("accuracy", train_accuracy)
             v1.summary.scalar("cross_entropy", cross_entropy)
+            if hp.image_sizes is not None:
+                v1.summary.scalar("image_size", image_size)
             v1.summary.image("images", tf.cast(features[:3], tf.uint8), max_outputs=3)
             if scaled is not base:
                 train_op = _count_skipped_steps(train_op, gradvars, scaled)
@@ -339,6 +344,27 @@ def _count_skipped_steps(train_op, gradvars, optimizer):
     v1.summary.scalar("loss_scale", scale)
     v1.summary.scalar("skipped_steps", skipped)
     return tf.group(train_op, count)
+
+
+def progress_function(hp):
+    """``done_at(step)``: the fraction of training done at a global-step tensor (float64): of a time
+    budget's plan (``time_budget.progress_tensor``), else of ``--train-steps``."""
+    if hp.schedule.by_progress:
+        return time_budget.progress_tensor
+    total = max(1, hp.schedule.total_steps)
+    return lambda step: tf.cast(step, tf.float64) / total
+
+
+def resized_for_training(images, side, full: int = fmt.HEIGHT):
+    """``images`` (``[b, full, full, 3]``, values 0..255) scaled to ``side`` x ``side`` pixels while
+    ``side`` (an int32 tensor, ``--progressive-resize``) is below ``full``, else as they are. Bilinear
+    with antialiasing (a triangle filter as wide as the scale: every pixel counts, and values stay in
+    0..255). The result's height and width are unknown to the graph: the networks take any size."""
+    return tf.cond(
+        side < full,
+        lambda: tf.image.resize(images, tf.stack([side, side]), method="bilinear", antialias=True),
+        lambda: images,
+    )
 
 
 def apply_lookahead(train_op, variables, global_step, done_at):

@@ -159,6 +159,10 @@ class Planner:
       eval_speedup: evaluation images/s over training images/s on this machine
         (``precision.evaluation_speedup``, measured); ``EVAL_SPEEDUP`` where not measured.
       final_fixed_secs: what the end costs besides evaluating images, at least.
+      step_cost: where steps differ in cost as training goes on (``--progressive-resize``), an object
+        with ``cost_at(progress)`` and ``mean_cost(start, end)``: a step's time relative to a full-size
+        step (``schedules.ImageSizes``). Measured speeds are converted to full-size steps/s with it, and
+        plans spend the time left on the mix of steps still to come. None: every step costs the same.
     """
 
     budget_secs: float
@@ -171,11 +175,13 @@ class Planner:
     replan_secs: float = REPLAN_SECS
     final_fixed_secs: float = FINAL_FIXED_SECS
     eval_speedup: float = EVAL_SPEEDUP
+    step_cost: object = None
 
     def __post_init__(self):
         self.earlier_secs = self.state.used_secs  # what earlier runs of the job used
         self.deadline = self.start + self.budget_secs - self.state.used_secs
-        self.steps_per_sec = self.guess_images_per_sec / self.images_per_step
+        self.steps_per_sec = self.guess_images_per_sec / self.images_per_step  # as measured
+        self.full_size_steps_per_sec = self.steps_per_sec  # the same, converted to full-size steps
         self.measured = False
         self.plan = None
         self._mark = None  # (time, step) where the current speed measurement began
@@ -188,8 +194,8 @@ class Planner:
     # -- arithmetic ------------------------------------------------------------------------------
 
     def final_secs(self) -> float:
-        """Time to keep for after training, at the current speed."""
-        eval_rate = self.eval_speedup * self.steps_per_sec * self.images_per_step
+        """Time to keep for after training, at the current speed (evaluation sees full-size images)."""
+        eval_rate = self.eval_speedup * self.full_size_steps_per_sec * self.images_per_step
         return self.final_fixed_secs + self.final_images / max(eval_rate, 1e-9)
 
     def training_deadline(self) -> float:
@@ -198,7 +204,13 @@ class Planner:
     def steps_that_fit(self, step: int, now: float) -> int:
         """The last step training can reach by the training deadline at the current speed."""
         left = max(0.0, self.training_deadline() - now)
-        return int(step + math.floor(left * self.steps_per_sec))
+        cost = 1.0
+        if self.step_cost is not None:
+            # The rest of any plan runs from this progress to 1: its steps' mean cost is the same
+            # whatever their number.
+            progress = self.plan.progress(step) if self.plan else self.state.progress
+            cost = self.step_cost.mean_cost(progress, 1.0)
+        return int(step + math.floor(left * self.full_size_steps_per_sec / cost))
 
     def remaining_secs(self, now: float) -> float:
         return self.deadline - now
@@ -235,15 +247,24 @@ class Planner:
         if not self.measured:
             if now - then < min(5.0, self.replan_secs):
                 return None
-            self.steps_per_sec, self.measured = measured, True
+            self._set_speed(measured, before, step)
+            self.measured = True
             return self._replan(step, now, first=True)
         if now - self._last_check < self.replan_secs:
             return None
         # Speed of the last interval: what the machine gives now (another process may have
         # taken a core), not the average since the start.
-        self.steps_per_sec = measured
+        self._set_speed(measured, before, step)
         self._mark = (now, step)
         return self._replan(step, now)
+
+    def _set_speed(self, measured: float, before: int, step: int) -> None:
+        """``measured`` steps/s from step ``before`` to ``step``; as full-size steps, at their mean cost."""
+        self.steps_per_sec = measured
+        cost = 1.0
+        if self.step_cost is not None:
+            cost = self.step_cost.mean_cost(self.plan.progress(before), self.plan.progress(step))
+        self.full_size_steps_per_sec = measured * cost
 
     def _replan(self, step: int, now: float, first: bool = False):
         self._last_check = now
@@ -255,9 +276,10 @@ class Planner:
         self.plan = Plan(step, self.plan.progress(step), total)
         if self.state.planned_steps is None:
             self.state.planned_steps = total
-        self.state.replans.append(
-            {"step": int(step), "steps_per_sec": round(self.steps_per_sec, 4), "planned_steps": int(total)}
-        )
+        replan = {"step": int(step), "steps_per_sec": round(self.steps_per_sec, 4), "planned_steps": int(total)}
+        if self.step_cost is not None:
+            replan["full_size_steps_per_sec"] = round(self.full_size_steps_per_sec, 4)
+        self.state.replans.append(replan)
         return self.plan
 
     def exhausted(self) -> bool:

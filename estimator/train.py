@@ -161,6 +161,7 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
         evaluation_images(hp),
         guess_images_per_sec=guess,
         eval_speedup=speedup,
+        step_cost=hp.image_sizes,
     )
 
 

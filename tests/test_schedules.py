@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from estimator import cifar10_main, schedules
 
@@ -115,3 +116,39 @@ def test_bad_schedule_flags_are_refused(mini_records, tmp_path, capsys, flags, m
         parse(mini_records, tmp_path, *flags)
     assert e.value.code == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_progressive_image_sizes_grow_in_steps_of_4_to_full_size_at_until():
+    sizes = schedules.ImageSizes(24, 0.5, 32)
+    # 24 + 16 p / 0.5 pixels, taken down to 24 + a multiple of 4: 28 from p = 0.25, 32 from 0.5 on.
+    expected = {0.0: 24, 0.2499: 24, 0.25: 28, 0.4999: 28, 0.5: 32, 0.9: 32, 1.0: 32, -0.1: 24, 1.5: 32}
+    assert {p: sizes.size_at(p) for p in expected} == expected
+    assert sizes.changes() == [(0.0, 24), (0.25, 28), (0.5, 32)]
+    assert schedules.ImageSizes(20, 0.6, 32).changes() == [
+        (0.0, 20),
+        (pytest.approx(0.2), 24),
+        (pytest.approx(0.4), 28),
+        (0.6, 32),
+    ]
+    assert schedules.ImageSizes(26, 0.5, 32).changes() == [(0.0, 26), (pytest.approx(1 / 3), 30), (0.5, 32)]
+    assert schedules.ImageSizes(20, 1.0, 32).size_at(0.99) == 28  # full size only at the very end
+
+
+def test_progressive_image_sizes_cost_their_share_of_the_pixels():
+    sizes = schedules.ImageSizes(24, 0.5, 32)
+    assert sizes.cost_at(0.1) == (24 / 32) ** 2 == 0.5625 and sizes.cost_at(0.3) == 0.765625
+    assert sizes.cost_at(0.7) == 1.0
+    # Over the whole run: a quarter at 24, a quarter at 28, half at 32.
+    assert sizes.mean_cost(0.0) == pytest.approx(0.25 * 0.5625 + 0.25 * 0.765625 + 0.5)
+    assert sizes.mean_cost(0.4) == pytest.approx((0.1 * 0.765625 + 0.5) / 0.6)
+    assert sizes.mean_cost(0.25, 0.5) == pytest.approx(0.765625)
+    assert sizes.mean_cost(0.6) == 1.0 and sizes.mean_cost(1.0) == 1.0
+
+
+def test_progressive_image_sizes_in_the_graph_are_the_same_as_in_python():
+    sizes = schedules.ImageSizes(20, 0.6, 32)
+    grid = np.concatenate([np.linspace(-0.05, 1.05, 1101), [p for p, _ in sizes.changes()]])
+    graph = schedules.ImageSizes(20, 0.6, 32).size_tensor(tf.constant(grid, tf.float64)).numpy()
+    assert graph.dtype == np.int32
+    assert graph.tolist() == [sizes.size_at(p) for p in grid]
+    assert set(graph.tolist()) == {20, 24, 28, 32}

@@ -1,5 +1,5 @@
 """What short runs use: weight averages in evaluation and exports, flip-and-translate TTA, training on
-two splits, the width multiplier and zero-initialised residual units."""
+two splits, the width multiplier, zero-initialised residual units and progressive resizing."""
 
 import glob
 import json
@@ -10,12 +10,12 @@ import pytest
 import tensorflow as tf
 
 from estimator import cifar10_format as fmt
-from estimator import cifar10_main
+from estimator import cifar10_main, cifar10_model, schedules
 from estimator.cifar10 import Cifar10DataSet
 from estimator.cifar10_model import ResNetCifar10
-from estimator.model_fn import LOOKAHEAD_MAX_PULL, apply_lookahead, model_fn
+from estimator.model_fn import IMAGE_SIZE, LOOKAHEAD_MAX_PULL, apply_lookahead, model_fn, resized_for_training
 from estimator.serving import signatures
-from tests.helpers import hp, run_job
+from tests.helpers import SMALL_AIRBENCH, events, hp, run_job
 
 v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
@@ -221,3 +221,95 @@ def test_zero_init_residual_starts_each_unit_as_its_shortcut():
     assert all((g == 1).all() for n, g in gammas.items() if n not in last)
     with pytest.raises(ValueError, match="v2 units end with a convolution"):
         ResNetCifar10(14, True, 0.9, 1e-5, "channels_last", version="v2", zero_init_residual=True)
+
+
+@pytest.mark.parametrize("network", ["airbench", "resnet"])
+def test_the_networks_take_images_of_any_size_from_16_pixels(network):
+    with tf.Graph().as_default():
+        x = v1.placeholder(tf.float32, [None, None, None, 3])
+        logits = cifar10_model.build(hp(network=network), True).forward_pass(x)
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            for side in (16, 20, 24, 28, 32):
+                images = np.random.RandomState(side).uniform(0, 255, (2, side, side, 3))
+                out = sess.run(logits, {x: images})
+                assert out.shape == (2, 10) and np.all(np.isfinite(out))
+
+
+def test_resizing_for_training_averages_neighbours_and_leaves_full_size_alone():
+    ramp = np.broadcast_to(np.arange(32, dtype=np.float32)[None, None, :, None], (2, 32, 32, 3))
+    with tf.Graph().as_default():
+        side = v1.placeholder(tf.int32, [])
+        out = resized_for_training(tf.constant(ramp), side)
+        assert out.shape.as_list() == [2, None, None, 3]
+        with v1.Session() as sess:
+            half = sess.run(out, {side: 16})
+            assert sess.run(out, {side: 32}).tolist() == ramp.tolist()
+    # Output pixel j covers input pixels 2j and 2j + 1 and is centred at 2j + 0.5: a symmetric filter
+    # keeps a ramp a ramp there (at the borders the filter is cut off and renormalised).
+    assert half.shape == (2, 16, 16, 3)
+    np.testing.assert_allclose(half[0, 5, 1:15, 0], 2 * np.arange(1, 15) + 0.5, atol=1e-4)
+    np.testing.assert_allclose(half[:, :, 1:15, :], np.broadcast_to(half[:1, :1, 1:15, :1], (2, 16, 14, 3)), atol=1e-4)
+    assert 0 <= half.min() and half.max() <= 31
+
+
+def test_model_fn_trains_each_step_at_its_size_and_evaluates_at_full_size():
+    params = hp(progressive_resize=16, progressive_resize_until=0.5, train_steps=8)
+    expected = [schedules.ImageSizes(16, 0.5, 32).size_at(s / 8) for s in range(8)]
+    assert expected == [16, 20, 24, 28, 32, 32, 32, 32]
+    images = np.random.RandomState(0).uniform(0, 255, (6, 32, 32, 3)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        v1.train.create_global_step()
+        spec = model_fn(tf.constant(images), tf.constant([0, 1, 2, 3, 4, 5]), MODES.TRAIN, params)
+        first_conv = [op for op in graph.get_operations() if op.type == "Conv2D" and op.name.startswith("tower_0/")]
+        seen = first_conv[0].inputs[0]
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            got = []
+            for _ in range(8):
+                size, tower_input, _ = sess.run([IMAGE_SIZE, seen, spec.train_op])
+                got.append((int(size), tower_input.shape[1:3]))
+        assert got == [(s, (s, s)) for s in expected]
+    with tf.Graph().as_default() as graph:
+        v1.train.create_global_step()
+        model_fn(tf.constant(images), tf.constant([0, 1, 2, 3, 4, 5]), MODES.EVAL, params)
+        assert not [op for op in graph.get_operations() if "resize" in op.type.lower() or "Scale" in op.type]
+
+
+@pytest.mark.slow
+def test_a_progressively_resized_airbench_job_logs_its_sizes(mini_records, tmp_path):
+    job = str(tmp_path / "job")
+    flags = (
+        "--train-steps 12 --lr-schedule onecycle --learning-rate 0.1 --eval-policy final --log-every-n-steps 1 "
+        "--seed 1 --progressive-resize 20 --progressive-resize-until 0.5"
+    )
+    code, out = run_job(mini_records, job, *SMALL_AIRBENCH, *flags.split())
+    assert code == 0, out[-3000:]
+    recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
+    assert recorded["progressive_resize"] == 20 and recorded["progressive_resize_until"] == 0.5
+    results = json.load(open(os.path.join(job, "results.json")))
+    assert results["global_step"] == 12 and 0 <= results["accuracy"] <= 1
+    # The summary written at global step s is of the step that counted it: the size at progress (s - 1) / 12.
+    sizes = dict(events(job)["train/image_size"])
+    assert sizes == {s: schedules.ImageSizes(20, 0.5, 32).size_at((s - 1) / 12) for s in sizes}
+    assert sorted(sizes) == list(range(1, 13))
+    assert set(sizes.values()) == {20, 24, 28, 32}
+
+
+def test_progressive_resize_flags_are_checked(mini_records, tmp_path, capsys):
+    argv = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0"]
+    parsed = cifar10_main.parse(argv + ["--progressive-resize", "24"])
+    assert parsed.image_sizes == schedules.ImageSizes(24, 0.5, 32)
+    assert cifar10_main.parse(argv).image_sizes is None
+    for flags, message in [
+        ("--progressive-resize 12", "--progressive-resize 12 must be from 16 to 31 pixels a side, e.g. 24 (0: off)"),
+        ("--progressive-resize 32", "--progressive-resize 32 must be from 16 to 31 pixels a side"),
+        ("--progressive-resize 24 --progressive-resize-until 0", "--progressive-resize-until 0.0 must be a fraction"),
+        ("--progressive-resize 24 --progressive-resize-until 1.5", "--progressive-resize-until 1.5 must be a fraction"),
+        ("--progressive-resize-until 0.7", "--progressive-resize-until 0.7 times --progressive-resize, which is off"),
+        ("--progressive-resize 2x", "argument --progressive-resize: '2x' is not an integer"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            cifar10_main.parse(argv + flags.split())
+        assert e.value.code == 2 and message in capsys.readouterr().err, flags
+    assert not os.path.exists(str(tmp_path / "j"))

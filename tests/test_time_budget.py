@@ -113,6 +113,55 @@ def test_re_plans_end_training_at_the_deadline_and_use_the_budget():
     assert 290 - 1 / 8.0 - 0.5 <= clock.now <= 290
 
 
+def run_resized(step_cost, full_steps_per_sec=4.0, budget=300.0):
+    """A simulated run of ``--progressive-resize 24``: each step takes the time of its size (at the
+    progress of the plan the graph holds) at ``full_steps_per_sec`` full-size steps/s."""
+    sizes = schedules.ImageSizes(24, 0.5, 32)
+    clock = Clock()
+    p = planner(clock, budget=budget, fixed=10.0)
+    p.step_cost = step_cost
+    p.begin(0)
+    step = 0
+    while True:
+        clock.now += sizes.cost_at(p.plan.progress(step)) / full_steps_per_sec
+        step += 1
+        p.after_step(step)
+        if p.should_stop(step):
+            return p, step, clock.now
+
+
+def test_a_plan_with_progressive_resizing_counts_the_cheaper_small_steps():
+    sizes = schedules.ImageSizes(24, 0.5, 32)
+    p, last, now = run_resized(sizes)
+    first = p.state.replans[0]
+    # Measured at 24 pixels: 4 / 0.5625 steps/s, 4 as full-size steps; the plan spends the time
+    # left on the mix still to come (a quarter at 24, a quarter at 28, half at 32 pixels).
+    assert first["steps_per_sec"] == pytest.approx(4.0 / 0.5625, rel=1e-3)
+    assert first["full_size_steps_per_sec"] == pytest.approx(4.0, rel=1e-3)
+    # Before any is measured, the guess (5 steps/s) is taken as full-size speed too.
+    provisional = math.floor(290 * 5 / sizes.mean_cost(0.0))
+    assert provisional == 1742
+    # Steps 1-10 are warm-up; the speed is taken from step 10 to 5 s later (step 46, all at 24 pixels);
+    # then the time left to the training deadline (290 s) buys steps at the mean cost of the rest.
+    step, at = first["step"], first["step"] * 0.5625 / 4.0
+    assert step == 46
+    rest = sizes.mean_cost(Plan(0, 0.0, provisional).progress(step))
+    assert first["planned_steps"] == pytest.approx(step + (290 - at) * 4.0 / rest, abs=1)
+    # The cost model is the machine's: no re-plan moves the plan by more than 1%, and training
+    # ends at its plan at the training deadline, using the budget.
+    assert len(p.state.replans) == 1 and last == p.plan.total_steps and not p.stopped_early
+    assert 290 - 0.25 <= now <= 290
+    assert p.full_size_steps_per_sec == pytest.approx(4.0, rel=1e-3)
+
+
+def test_a_plan_blind_to_progressive_resizing_over_plans_and_re_plans():
+    p, last, now = run_resized(None)
+    # Speed measured at 24 pixels taken for every step: the first plan is 1 / 0.832 too long, and
+    # later re-plans cut it as the larger, slower steps come.
+    assert p.state.replans[0]["planned_steps"] > 1.15 * last and len(p.state.replans) > 2
+    assert "full_size_steps_per_sec" not in p.state.replans[0]
+
+
 def test_the_hard_stop_ends_training_when_time_is_up_anyway():
     clock = Clock()
     p = planner(clock, budget=100.0)
