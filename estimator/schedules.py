@@ -238,8 +238,10 @@ class ImageSizes:
     images are scaled down to ``start`` pixels a side at first, grow linearly with the fraction of
     training done to ``full`` at ``until`` (in steps of ``RESIZE_STEP`` pixels), and stay at
     ``full`` from there; evaluation always sees ``full``. A step's time scales with its pixels
-    (airbench, bf16, batch 512 on a Zen 5: 1.34x the images/s at 28 pixels, 1.81x at 24, against
-    (32/28)^2 = 1.31 and (32/24)^2 = 1.78), so the early steps are cheaper and a time budget buys more.
+    (airbench, bf16, batch 512 on a Zen 5, ``benchmarks.step_profile --image-sizes``: 1.30x the images/s
+    at 28 pixels, 1.91x at 24, 2.60x at 20, 3.45x at 16, against the pixels' 1.31, 1.78, 2.56 and 4), so
+    the early steps are cheaper and a time budget buys more; where the share is off (16 pixels), the
+    re-plans correct the plan as the larger steps come.
     """
 
     start: int
