@@ -3,7 +3,8 @@
 Not a ResNet: a 2x2 convolution fixed to whiten the image's 2x2 patches (24 filters: 12
 whitening directions and their negatives), then three groups of (3x3 convolution, 2x2 max
 pool, batch norm, GELU, 3x3 convolution, batch norm, GELU) with 64, 256 and 256 filters, a
-max pool over the last 3x3 maps and a linear layer whose logits are scaled by 1/9. Batch norm has no scale (its
+max pool over the last 3x3 maps (any size: ``--progressive-resize``) and a linear layer whose
+logits are scaled by 1/9. Batch norm has no scale (its
 shift is the layer's only parameter); the 3x3 convolutions start with their first filters as
 identities ("dirac" initialisation). About as many FLOPs per image as ResNet-14 at twice the
 width, and it learns much more per epoch: airbench reaches 94% on CIFAR-10 (original pixels,

@@ -856,8 +856,8 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         )
     if not args.progressive_resize and args.progressive_resize_until != schedules.RESIZE_UNTIL:
         raise ValueError(
-            "--progressive-resize-until %s times --progressive-resize, which is off: give --progressive-resize "
-            "SIZE (e.g. 24) or drop it." % args.progressive_resize_until
+            "--progressive-resize-until %s says when --progressive-resize reaches 32 pixels, and it is off: give "
+            "--progressive-resize SIZE (e.g. 24) or drop it." % args.progressive_resize_until
         )
     if args.cutout and not args.use_distortion_for_training:
         raise ValueError(

@@ -15,6 +15,10 @@ Every schedule may start with a linear warm-up (Goyal et al. 2017): step ``s``
 of the ``W`` warm-up steps uses ``peak * (s + 1) / W``, so the last warm-up step
 reaches the peak. Piecewise boundaries follow the tutorial's convention: a
 boundary step still uses the rate before it.
+
+``ImageSizes`` (at the end) is the other schedule of a run: the side of the
+training images under ``--progressive-resize``, a function of the fraction of
+training done, as the time budget's rates are.
 """
 
 from __future__ import annotations

@@ -306,7 +306,10 @@ def test_progressive_resize_flags_are_checked(mini_records, tmp_path, capsys):
         ("--progressive-resize 32", "--progressive-resize 32 must be from 16 to 31 pixels a side"),
         ("--progressive-resize 24 --progressive-resize-until 0", "--progressive-resize-until 0.0 must be a fraction"),
         ("--progressive-resize 24 --progressive-resize-until 1.5", "--progressive-resize-until 1.5 must be a fraction"),
-        ("--progressive-resize-until 0.7", "--progressive-resize-until 0.7 times --progressive-resize, which is off"),
+        (
+            "--progressive-resize-until 0.7",
+            "--progressive-resize-until 0.7 says when --progressive-resize reaches 32 pixels, and it is off",
+        ),
         ("--progressive-resize 2x", "argument --progressive-resize: '2x' is not an integer"),
     ]:
         with pytest.raises(SystemExit) as e:
