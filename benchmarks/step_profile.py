@@ -149,7 +149,8 @@ def size_speedups(result: dict, precisions, sizes) -> dict:
 
 
 def main(argv=None):
-    from estimator import airbench_model, cifar10_model
+    from estimator import airbench_model, cifar10_model, schedules
+    from estimator import cifar10_format as fmt
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--network", choices=cifar10_model.NETWORKS, default="resnet")
@@ -187,12 +188,12 @@ def main(argv=None):
         network = dict(
             network="airbench", activation=args.activation, group_depth=args.group_depth, data_dir=args.data_dir
         )
-    from estimator import cifar10_format as fmt
-    from estimator import schedules
-
     bad = [s for s in args.image_sizes if s != fmt.HEIGHT and not schedules.MIN_RESIZE <= s < fmt.HEIGHT]
     if bad:
-        parser.error("--image-sizes %s: each must be %d or from %d to %d" % (bad, fmt.HEIGHT, schedules.MIN_RESIZE, 31))
+        parser.error(
+            "--image-sizes %s: each must be %d or from %d to %d"
+            % (bad, fmt.HEIGHT, schedules.MIN_RESIZE, fmt.HEIGHT - 1)
+        )
     for precision in args.precisions:
         for size in args.image_sizes:
             result[run_name(precision, size)] = profile(

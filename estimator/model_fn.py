@@ -241,14 +241,13 @@ def _training_spec(hp, features, labels, mode, config):
     """Towers, the schedule, the optimizer step and training summaries."""
     global_step = v1.train.get_or_create_global_step()
     done_at = progress_function(hp)
+    images = features
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
-        progress = time_budget.progress_tensor(global_step) if hp.schedule.by_progress else None
+        progress = done_at(global_step) if hp.schedule.by_progress else None
         learning_rate = tf.identity(hp.schedule.learning_rate(global_step, progress), name=_op_name(LEARNING_RATE))
         base = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum, use_nesterov=hp.nesterov)
         scaled = loss_scale_optimizer(base, hp.precision)
-    images = features
-    if hp.image_sizes is not None:
-        with v1.device(devices.consolidation_device(hp.variable_strategy)):
+        if hp.image_sizes is not None:
             image_size = tf.identity(hp.image_sizes.size_tensor(done_at(global_step)), name=_op_name(IMAGE_SIZE))
             images = resized_for_training(features, image_size)
     outputs, update_ops, first_model = build_towers(
