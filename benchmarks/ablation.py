@@ -14,7 +14,7 @@ import os
 import shlex
 import tempfile
 
-from benchmarks.common import print_machine, write_result
+from benchmarks.common import print_machine, stop_trainers_on_sigterm, write_result
 from benchmarks.recipes import run_recipe
 
 
@@ -39,6 +39,7 @@ def main(argv=None):
     parser.add_argument("--job-root", default=None)
     parser.add_argument("--out", default="benchmarks/results/ablation_cpu_5min.json")
     args = parser.parse_args(argv)
+    stop_trainers_on_sigterm()
     print_machine()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

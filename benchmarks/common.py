@@ -9,6 +9,7 @@ bf16 flags, and compares only figures taken in one run.
 import json
 import os
 import platform
+import signal
 import sys
 import time
 
@@ -49,6 +50,17 @@ def print_machine() -> None:
             os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset"),
         )
     )
+
+
+def stop_trainers_on_sigterm() -> None:
+    """Makes SIGTERM raise SystemExit(143) in this process, so that the benchmarks which start trainers
+    (``recipes.run_recipe``) stop them on the way out instead of leaving them running (``kill PID`` of a
+    benchmark otherwise ends it at once, its trainer orphaned)."""
+
+    def terminated(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
 
 
 def write_result(path: str, result: dict) -> None:

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 
-from benchmarks.common import print_machine, write_result
+from benchmarks.common import print_machine, stop_trainers_on_sigterm, write_result
 from benchmarks.recipes import run_recipe
 from estimator.time_budget import duration_flag
 
@@ -93,6 +93,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not 0 < args.start_at < 1:
         parser.error("--start-at %g: give a fraction of the budget between 0 and 1, e.g. 0.3" % args.start_at)
+    stop_trainers_on_sigterm()
     print_machine()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

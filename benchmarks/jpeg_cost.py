@@ -21,7 +21,7 @@ import tarfile
 
 import numpy as np
 
-from benchmarks.common import print_machine, write_result
+from benchmarks.common import print_machine, stop_trainers_on_sigterm, write_result
 from benchmarks.recipes import REPO, run_recipe
 from estimator import cifar10_format as fmt
 from estimator import convert, storage
@@ -96,6 +96,7 @@ def main(argv=None):
     parser.add_argument("--work-dir", required=True, help="Records, archives and jobs go here.")
     parser.add_argument("--out", default="benchmarks/results/jpeg_cost.json")
     args = parser.parse_args(argv)
+    stop_trainers_on_sigterm()
     print_machine()
     os.makedirs(args.work_dir, exist_ok=True)
     real = convert.read_archive(args.real)

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import print_machine, write_result
+from benchmarks.common import print_machine, stop_trainers_on_sigterm, write_result
 from estimator import cifar10_model, processes
 from estimator.hparams import HParams
 
@@ -29,10 +29,20 @@ def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
     """Runs one recipe to the end; returns its results.json plus the wall time."""
     command = processes.trainer_command(["@" + recipe, "--data-dir", data_dir, "--job-dir", job_dir] + list(extra))
     start = time.perf_counter()
-    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    # The trainer runs in a session of its own, and whatever ends this process first ends it (SIGTERM
+    # reaches here as SystemExit: stop_trainers_on_sigterm): a benchmark killed half-way would otherwise
+    # leave its trainer running for the rest of its budget, and every later timing on the machine wrong.
+    proc = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        _, stderr = proc.communicate()
+    except BaseException:
+        processes.stop_group(proc)
+        raise
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise SystemExit("%s failed (exit %d):\n%s" % (recipe, proc.returncode, proc.stderr[-3000:]))
+        raise SystemExit("%s failed (exit %d):\n%s" % (recipe, proc.returncode, stderr[-3000:]))
     with open(os.path.join(job_dir, "results.json")) as f:
         results = json.load(f)
     with open(os.path.join(job_dir, "hparams.json")) as f:
@@ -61,6 +71,7 @@ def main(argv=None):
     parser.add_argument("--out", default="benchmarks/results/recipes.json")
     argv, extra = processes.split_argv(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    stop_trainers_on_sigterm()
     print_machine()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
