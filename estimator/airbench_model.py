@@ -45,8 +45,44 @@ LOGIT_SCALE = 1.0 / 9.0
 GROUP_DEPTHS = (2, 3)
 # --activation: airbench's GELU (exact, with erf), or ReLU, which TensorFlow 2.15 fuses into the
 # batch norm before it on the CPU (oneDNN): 1.13x the training images/s in a 30-minute bf16 run on
-# a Zen 5, where GELU's forward and backward passes are separate element-wise operations.
+# a Zen 5, where GELU's forward and backward passes were separate element-wise operations (training
+# now uses fused_gelu).
 ACTIVATIONS = {"gelu": tf.nn.gelu, "relu": tf.nn.relu}
+_SQRT_HALF = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+
+
+# tf.nn.gelu is a dozen element-wise ops forward and backward, each a pass over the activations in
+# Eigen, whose bf16 kernels are slow on some CPUs: on a Xeon with AMX they took as long as all the
+# convolutions of a bf16 step (docs/speed.md). XLA compiles each of these two functions into one
+# loop, in float32 whatever the activations' type (as tf.nn.gelu computes bf16 in float32 per op).
+@tf.function(jit_compile=True)
+def _gelu_forward(x):
+    x32 = tf.cast(x, tf.float32)
+    return tf.cast(x32 * (0.5 + 0.5 * tf.math.erf(x32 * _SQRT_HALF)), x.dtype)
+
+
+@tf.function(jit_compile=True)
+def _gelu_gradient(x, dy):
+    # d/dx x * Phi(x) = Phi(x) + x * phi(x)
+    x32 = tf.cast(x, tf.float32)
+    cdf = 0.5 + 0.5 * tf.math.erf(x32 * _SQRT_HALF)
+    pdf = tf.exp(-0.5 * tf.square(x32)) * _INV_SQRT_2PI
+    return tf.cast(tf.cast(dy, tf.float32) * (cdf + x32 * pdf), dy.dtype)
+
+
+@tf.custom_gradient
+def _fused_gelu(x):
+    return _gelu_forward(x), lambda dy: _gelu_gradient(x, dy)
+
+
+def fused_gelu(x):
+    """tf.nn.gelu's values and gradient (exact GELU, with erf), as two XLA-compiled kernels.
+
+    Training and evaluation graphs use it; exported models keep tf.nn.gelu's plain ops
+    (``fused_activation=False``: a SavedModel then needs no XLA where it is served)."""
+    with tf.name_scope("FusedGelu"):  # benchmarks.step_profile counts ops under "Gelu" names as GELU
+        return _fused_gelu(x)
 
 
 def scale_input(images, dtype=tf.float32):
@@ -96,7 +132,8 @@ class AirbenchCifar10(model_base.ResNet):
     ``whitening``: the whitening kernel's initial value (``whitening_kernel`` of training images),
     used when variables are initialised (a checkpoint restores it instead). None (evaluation,
     export, speed probes): a placeholder initial value (``dirac_initializer``'s), which a restored
-    checkpoint replaces.
+    checkpoint replaces. ``fused_activation``: GELU as ``fused_gelu`` (training, evaluation) or as
+    tf.nn.gelu's plain ops (exported models).
     """
 
     def __init__(
@@ -110,6 +147,7 @@ class AirbenchCifar10(model_base.ResNet):
         whitening=None,
         activation: str = "gelu",
         group_depth: int = 2,
+        fused_activation: bool = True,
     ):
         super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision)
         self.num_classes = fmt.NUM_CLASSES
@@ -117,7 +155,7 @@ class AirbenchCifar10(model_base.ResNet):
         self.whitening = whitening
         if activation not in ACTIVATIONS:
             raise ValueError("activation %r is not one of %s." % (activation, ", ".join(ACTIVATIONS)))
-        self._activation = ACTIVATIONS[activation]
+        self._activation = fused_gelu if activation == "gelu" and fused_activation else ACTIVATIONS[activation]
         if group_depth not in GROUP_DEPTHS:
             raise ValueError("group_depth %r is not one of %s." % (group_depth, GROUP_DEPTHS))
         self.group_depth = group_depth

@@ -133,20 +133,24 @@ def describe(hp) -> str:
     return name
 
 
-def build(hp, is_training: bool, precision: str = None, whitening=None):
+def build(hp, is_training: bool, precision: str = None, whitening=None, serving: bool = False):
     """The network ``hp`` names (``hp.network``), at ``precision`` (default ``hp.precision``).
 
     ``whitening``: for the airbench network, the initial value of its whitening kernel
     (``airbench_model.whitening_kernel``), used when variables are initialised (training from
-    scratch); ignored by ResNets. With ``hp.ensemble`` > 1: an ``ensemble.Ensemble`` of that many
+    scratch); ignored by ResNets. ``serving``: the graph exported models serve, built from
+    TensorFlow's plain ops only (the airbench network's GELU is otherwise XLA-compiled:
+    ``airbench_model.fused_gelu``). With ``hp.ensemble`` > 1: an ``ensemble.Ensemble`` of that many
     such networks (each member's whitening starts from the same kernel).
     """
     if hp.ensemble > 1:
-        return ensemble.Ensemble([_build_one(hp, is_training, precision, whitening) for _ in range(hp.ensemble)])
-    return _build_one(hp, is_training, precision, whitening)
+        return ensemble.Ensemble(
+            [_build_one(hp, is_training, precision, whitening, serving) for _ in range(hp.ensemble)]
+        )
+    return _build_one(hp, is_training, precision, whitening, serving)
 
 
-def _build_one(hp, is_training: bool, precision: str = None, whitening=None):
+def _build_one(hp, is_training: bool, precision: str = None, whitening=None, serving: bool = False):
     precision = precision or hp.precision
     if hp.network == "airbench":
         return airbench_model.AirbenchCifar10(
@@ -159,6 +163,7 @@ def _build_one(hp, is_training: bool, precision: str = None, whitening=None):
             whitening=whitening,
             activation=activation_of(hp),
             group_depth=hp.group_depth,
+            fused_activation=not serving,
         )
     if hp.network != "resnet":
         raise ValueError("network %r is not one of %s." % (hp.network, ", ".join(NETWORKS)))

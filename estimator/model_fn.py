@@ -190,7 +190,9 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, 
         with tf.name_scope("tower_%d" % i) as scope, v1.variable_scope("resnet", reuse=reuse or bool(i)), v1.device(
             devices.device_setter(device, params_device)
         ):
-            model = cifar10_model.build(hp, is_training, whitening=whitening)
+            model = cifar10_model.build(
+                hp, is_training, whitening=whitening, serving=mode == tf.estimator.ModeKeys.PREDICT
+            )
             outputs.append(
                 tower_fn(
                     model,

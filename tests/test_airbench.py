@@ -1,11 +1,13 @@
 """--network airbench: the whitening layer, dirac initialisation, the network's shape, and a real run."""
 
+import glob
 import json
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
 
 from estimator import airbench_model, cifar10_model
 from estimator.cifar10 import Cifar10DataSet
@@ -119,8 +121,10 @@ def test_group_depth_3_adds_airbench96s_third_convolution_inside_a_residual(tmp_
         model.forward_pass(tf.random.uniform([2, 32, 32, 3], 0, 255, seed=3))
         acts = model.relu_outputs  # the whitening's, then per group: bn1's, bn2's, the residual's
         assert len(acts) == 10
-        # GELU(z) = Mul(Mul(0.5, z), 1 + erf(...)); z = bn3 + the group's first activation.
-        sums = [a.op.inputs[0].op.inputs[1] for a in acts[3::3]]
+        # GELU(z) (fused_gelu in training: IdentityN(PartitionedCall(z), z)); z = bn3 + the group's
+        # first activation.
+        assert all(a.op.type == "IdentityN" and a.op.inputs[0].op.type == "PartitionedCall" for a in acts)
+        sums = [a.op.inputs[1] for a in acts[3::3]]
         assert all(z.op.type == "AddV2" and z.op.inputs[1] is acts[i] for z, i in zip(sums, (1, 4, 7)))
         # ... of the batch norm of the group's third convolution.
         convs = [z.op.inputs[0].op.inputs[0] for z in sums]
@@ -184,27 +188,70 @@ def test_both_data_formats_compute_the_same_function():
     assert np.abs(nhwc).max() > 1e-3
 
 
-@pytest.mark.parametrize("activation", ["gelu", "relu"])
-def test_activation_is_the_one_named_after_every_batch_norm(activation):
+@pytest.mark.parametrize(
+    "activation,training,serving",
+    [("gelu", True, False), ("gelu", False, False), ("gelu", False, True), ("relu", True, False)],
+)
+def test_activation_is_the_one_named_after_every_batch_norm(activation, training, serving):
     # On x = batch-norm output, GELU(x) = x * Phi(x) by hand (Phi the normal CDF), ReLU(x) = max(x, 0).
     from math import erf
 
     with tf.Graph().as_default():
-        model = cifar10_model.build(hp(network="airbench", width_multiplier=0.25, activation=activation), True)
+        params = hp(network="airbench", width_multiplier=0.25, activation=activation)
+        model = cifar10_model.build(params, training, serving=serving)
         model.forward_pass(tf.random.uniform([2, 32, 32, 3], 0, 255, seed=3))
         assert len(model.relu_outputs) == 7  # after the whitening and each of the six batch norms
-        # Relu(x); GELU is 0.5 * x * (1 + erf(x / sqrt 2)): Mul(Mul(0.5, x), ...).
-        pairs = [
-            (y.op.inputs[0] if activation == "relu" else y.op.inputs[0].op.inputs[1], y) for y in model.relu_outputs
-        ]
+        # Relu(x); GELU is fused_gelu, IdentityN(PartitionedCall(x), x) (XLA compiles the call), but in
+        # the graph exports serve tf.nn.gelu's 0.5 * x * (1 + erf(x / sqrt 2)): Mul(Mul(0.5, x), ...).
+        if activation == "relu":
+            pairs = [(y.op.inputs[0], y) for y in model.relu_outputs]
+        elif not serving:
+            assert {y.op.type for y in model.relu_outputs} == {"IdentityN"}
+            pairs = [(y.op.inputs[1], y) for y in model.relu_outputs]
+        else:
+            pairs = [(y.op.inputs[0].op.inputs[1], y) for y in model.relu_outputs]
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
             for x, y in sess.run(pairs):
                 phi = 0.5 * (1 + np.vectorize(erf)(x / np.sqrt(2)))
                 np.testing.assert_allclose(y, x * phi if activation == "gelu" else np.maximum(x, 0), atol=1e-5)
-                assert (x < -0.5).any() and (x > 0.5).any()  # both sides of the nonlinearity are seen
+                if training:  # batch statistics (not the moving ones, fresh here): both sides are seen
+                    assert (x < -0.5).any() and (x > 0.5).any()
         op_types = {op.type for op in tf.compat.v1.get_default_graph().get_operations()}
-        assert ("Erf" in op_types) == (activation == "gelu")
+        # tf.nn.gelu's Erf is in the graph only where GELU is not fused (its XLA function is apart).
+        assert ("Erf" in op_types) == (activation == "gelu" and serving)
+        assert ("PartitionedCall" in op_types) == (activation == "gelu" and not serving)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_fused_gelu_has_the_values_and_gradient_of_exact_gelu(dtype):
+    # Against float64 by hand: GELU(x) = x Phi(x), GELU'(x) = Phi(x) + x phi(x). The fused kernels compute
+    # in float32 (Phi as 0.5 + 0.5 erf, as tf.nn.gelu: it cancels to 0 below x = -5, an absolute error
+    # under 1e-6) and round once, so in bf16 they are within half a unit in the last place (8 bits) of
+    # the exact value, where tf.nn.gelu rounds after each of its ops (checked: more than that here).
+    from math import erf
+
+    x0 = np.concatenate([np.linspace(-8, 8, 161), [-40.0, 40.0, 0.0, 1e-30]]).astype(np.float32)
+    dy0 = np.random.RandomState(1).uniform(0.5, 2, x0.shape).astype(np.float32)
+    with tf.Graph().as_default():
+        x, dy = tf.cast(x0, dtype), tf.cast(dy0, dtype)
+        y, plain = airbench_model.fused_gelu(x), tf.nn.gelu(x)
+        (grad,) = tf.gradients(y, x, dy)
+        assert y.dtype == grad.dtype == dtype
+        with v1.Session() as sess:
+            x, dy, y, grad, plain = sess.run([tf.cast(t, tf.float64) for t in (x, dy, y, grad, plain)])
+    cdf = 0.5 * (1 + np.vectorize(erf)(x / np.sqrt(2)))
+    exact_y, exact_grad = x * cdf, dy * (cdf + x * np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi))
+    if dtype == tf.float32:
+        np.testing.assert_allclose(y, exact_y, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(grad, exact_grad, rtol=1e-6, atol=1e-6)
+    else:
+        half_ulp = lambda v: 2.0 ** (np.floor(np.log2(np.maximum(np.abs(v), 1e-30))) - 8)  # noqa: E731
+        for value, exact in ((y, exact_y), (grad, exact_grad), (plain, exact_y)):
+            within = np.abs(value - exact) <= half_ulp(exact) * (1 + 2**-8) + 1e-6
+            assert within.all() if value is not plain else not within.all()
+    # x = -40, 40, 0, 1e-30: GELU 0, 40, 0, x / 2; at 40 the gradient passes dy on.
+    assert y[-4:].tolist() == [0.0, 40.0, 0.0, x[-1] / 2] and grad[-3] == dy[-3]
 
 
 @pytest.mark.parametrize("towers,eps", [(1, 5e-4), (2, 5e-2)])
@@ -282,6 +329,16 @@ def test_an_airbench_job_trains_exports_predicts_and_refuses_a_resnet_restart(mi
     rc, scored, err = predict_records(job, mini_records, tmp_path)
     assert rc == 0, err
     assert round(json.loads(scored)["accuracy"] * 1017) == round(results["accuracy"] * 1017)
+    # ... served by TensorFlow's plain ops: the evaluation's XLA-compiled GELU is not in the export.
+    exports = glob.glob(os.path.join(job, "export", "**", "saved_model.pb"), recursive=True)
+    assert exports
+    for path in exports:
+        saved = saved_model_pb2.SavedModel()
+        with open(path, "rb") as f:
+            saved.ParseFromString(f.read())
+        graph = saved.meta_graphs[0].graph_def
+        assert "Erf" in {n.op for n in graph.node} and "PartitionedCall" not in {n.op for n in graph.node}
+        assert not any("_XlaMustCompile" in f.attr for f in graph.library.function)
     code, out = run_job(mini_records, job, "--num-gpus", "0", "--train-steps", "4", "--train-batch-size", "32")
     assert code == 2 and "--network is resnet here, airbench in its hparams.json" in out, out[-2000:]
 

@@ -11,6 +11,7 @@ from benchmarks import step_profile
         ("Mul", "tower_0/resnet/group1/Gelu/mul_1", "GELU"),
         ("Mul", "gradients/tower_0/resnet/group1/Gelu/mul_1_grad/Mul", "GELU"),
         ("Erf", "tower_0/resnet/group1/Erf", "GELU"),
+        ("PartitionedCall", "tower_0/resnet/group1/FusedGelu/PartitionedCall", "GELU"),  # fused_gelu
         ("Mul", "tower_0/resnet/mul", "elementwise"),
         ("_MklNativeConv2DBackpropFilter", "gradients/x/Conv2D_grad", "convolution"),
         ("MaxPoolGrad", "gradients/x/MaxPool_grad", "max pool"),

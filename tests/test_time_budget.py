@@ -353,6 +353,31 @@ def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
     with pytest.raises(AssertionError, match="not timed again"):
         precision.choose(small.replace(num_layers=14), cpu=amx, timer=no_timing, cache_file=cache)
     assert np.isfinite(list(probe.values())).all()
+    # So is the same network after its code changed: an entry under the key without the code's digest
+    # (as every key was before it) is not taken.
+    key = precision.cache_key(amx["model"], small)
+    assert key.endswith("|" + precision.network_code_digest())
+    with open(cache, "w") as f:
+        json.dump({key.rsplit("|", 1)[0]: probe}, f)
+    with pytest.raises(AssertionError, match="not timed again"):
+        precision.choose(small, cpu=amx, timer=no_timing, cache_file=cache)
+
+
+def test_the_networks_code_digest_follows_every_byte_of_it(tmp_path):
+    from estimator import precision
+
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("x = 1\n")
+    b.write_text("y = 2\n")
+    digest = precision.network_code_digest([str(a), str(b)])
+    assert len(digest) == 12 and digest == precision.network_code_digest([str(a), str(b)])
+    b.write_text("y = 3\n")
+    assert precision.network_code_digest([str(a), str(b)]) != digest
+    # By default: the modules that build the networks the probes time.
+    from estimator import airbench_model, cifar10_model, ensemble, model_base
+
+    modules = [m.__file__ for m in (airbench_model, cifar10_model, ensemble, model_base)]
+    assert precision.network_code_digest() == precision.network_code_digest(modules)
 
 
 def test_the_contention_benchmarks_competitor_takes_one_core_from_its_start_until_stopped():
