@@ -15,7 +15,6 @@ bf16 flags and writes JSON.
 """
 
 import argparse
-import time
 
 from benchmarks.common import print_machine, write_result
 
@@ -49,6 +48,8 @@ def time_activation(name: str, precision: str, shapes, steps: int, warmup: int) 
     import numpy as np
     import tensorflow as tf
 
+    from estimator import precision as precision_lib
+
     v1 = tf.compat.v1
     dtype = tf.bfloat16 if precision == "bf16" else tf.float32
     total = 0.0
@@ -62,12 +63,7 @@ def time_activation(name: str, precision: str, shapes, steps: int, warmup: int) 
             fetch = tf.reduce_sum(tf.cast(grad, tf.float32)) + tf.reduce_sum(tf.cast(y, tf.float32))
             with v1.Session() as sess:
                 sess.run(v1.global_variables_initializer())
-                for _ in range(warmup):
-                    sess.run(fetch)
-                start = time.perf_counter()
-                for _ in range(steps):
-                    sess.run(fetch)
-                total += (time.perf_counter() - start) / steps * 1000
+                total += 1000 * precision_lib.seconds_per_run(sess, fetch, steps, warmup)
     return total
 
 

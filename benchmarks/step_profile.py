@@ -19,7 +19,6 @@ and writes JSON.
 
 import argparse
 import collections
-import time
 
 from benchmarks.common import print_machine, write_result
 
@@ -66,6 +65,7 @@ def profile(
 
     from estimator import cifar10_format as fmt
     from estimator import cifar10_model
+    from estimator import precision as precision_lib
     from estimator.hparams import HParams
     from estimator.model_fn import model_fn
 
@@ -97,12 +97,7 @@ def profile(
         config = v1.ConfigProto(intra_op_parallelism_threads=0, inter_op_parallelism_threads=0)
         with v1.Session(config=config) as sess:
             sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
-            for _ in range(warmup):
-                sess.run(spec.train_op)
-            start = time.perf_counter()
-            for _ in range(steps):
-                sess.run(spec.train_op)
-            wall = (time.perf_counter() - start) / steps
+            wall = precision_lib.seconds_per_run(sess, spec.train_op, steps, warmup)
             by_type = collections.Counter()
             by_group = collections.Counter()
             by_node = collections.Counter()

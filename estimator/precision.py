@@ -120,6 +120,17 @@ def _write_cache(path: str, cache: dict) -> None:
         pass  # a cache we cannot write costs a probe next time, nothing more
 
 
+def seconds_per_run(sess, fetch, steps: int, warmup: int) -> float:
+    """Mean wall seconds of ``sess.run(fetch)`` over ``steps`` runs, after ``warmup`` untimed ones
+    (the first runs pay for graph optimisation, kernel selection and XLA compilation)."""
+    for _ in range(warmup):
+        sess.run(fetch)
+    start = time.perf_counter()
+    for _ in range(steps):
+        sess.run(fetch)
+    return (time.perf_counter() - start) / steps
+
+
 def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int) -> float:
     """Images/s of one tower's batches of the real network on random images, in a graph and session of
     its own: training steps (forward, backward, momentum update) or inference (forward with the moving
@@ -148,12 +159,7 @@ def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int) 
         )
         with v1.Session(config=config) as sess:
             sess.run(v1.global_variables_initializer())
-            for _ in range(warmup):
-                sess.run(step)
-            start = time.perf_counter()
-            for _ in range(steps):
-                sess.run(step)
-            return steps * batch / (time.perf_counter() - start)
+            return batch / seconds_per_run(sess, step, steps, warmup)
 
 
 def time_training_steps(hp, precision: str, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP_STEPS) -> float:
