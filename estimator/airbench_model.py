@@ -46,7 +46,7 @@ GROUP_DEPTHS = (2, 3)
 # --activation: airbench's GELU (exact, with erf), or ReLU, which TensorFlow 2.15 fuses into the
 # batch norm before it on the CPU (oneDNN): 1.13x the training images/s in a 30-minute bf16 run on
 # a Zen 5, where GELU's forward and backward passes were separate element-wise operations (training
-# now uses fused_gelu).
+# and evaluation now use fused_gelu).
 ACTIVATIONS = {"gelu": tf.nn.gelu, "relu": tf.nn.relu}
 _SQRT_HALF = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327

@@ -62,7 +62,7 @@ def cache_path(name: str = CACHE_FILE) -> str:
 def network_code_digest(paths=None) -> str:
     """A digest of the networks' code (``paths``: by default the modules that build them), part of the
     cache key: a cached speed measured before the network's code changed (GELU fused into XLA kernels
-    made airbench's bf16 steps 1.7x faster on a Xeon with AMX, and the evaluation's ratio to them
+    made airbench's bf16 steps 1.56x faster on a Xeon with AMX, and the evaluation's ratio to them
     smaller) would otherwise plan budgets from figures no longer true."""
     if paths is None:
         from estimator import airbench_model, cifar10_model, ensemble, model_base
