@@ -68,10 +68,13 @@ def time_activation(name: str, precision: str, shapes, steps: int, warmup: int) 
 
 
 def main(argv=None):
+    from estimator import airbench_model
+    from estimator.precision import CANDIDATES
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch-size", type=int, default=512)
-    parser.add_argument("--group-depth", type=int, choices=(2, 3), default=2)
-    parser.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
+    parser.add_argument("--group-depth", type=int, choices=airbench_model.GROUP_DEPTHS, default=2)
+    parser.add_argument("--precisions", nargs="+", choices=CANDIDATES, default=list(CANDIDATES))
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2, help="Each figure is the best of this many rounds.")

@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import write_result  # noqa: E402
-from estimator import hooks  # noqa: E402
+from estimator import airbench_model, hooks  # noqa: E402
 from estimator.cifar10 import Cifar10DataSet  # noqa: E402
 from estimator.cifar10_model import check_depth  # noqa: E402
 from estimator.hparams import HParams  # noqa: E402
@@ -77,6 +77,48 @@ def keras_resnet(num_layers, weight_decay, decay, epsilon):
     return tf.keras.Model(inputs, outputs)
 
 
+def keras_airbench(whitening, group_depth, weight_decay, decay, epsilon):
+    """airbench's network in Keras, layer for layer as estimator.airbench_model (GELU as Keras has it:
+    tf.nn.gelu's ops); ``whitening``: the fixed 2x2 whitening kernel, from the same training images."""
+    layers, reg = tf.keras.layers, tf.keras.regularizers.l2(weight_decay / 2)
+
+    def gelu(x):
+        return layers.Activation(lambda t: tf.nn.gelu(t, approximate=False))(x)
+
+    def conv(x, width):
+        return layers.Conv2D(width, 3, padding="same", use_bias=False, kernel_regularizer=reg)(x)
+
+    def bn(x):  # airbench's batch norm learns only the shift
+        return layers.BatchNormalization(momentum=decay, epsilon=epsilon, scale=False, beta_regularizer=reg)(x)
+
+    inputs = tf.keras.Input([32, 32, 3])
+    x = layers.Rescaling(1 / 128.0, offset=-1.0)(inputs)
+    x = layers.Conv2D(
+        airbench_model.WHITEN_FILTERS,
+        airbench_model.WHITEN_SIZE,
+        kernel_initializer=tf.keras.initializers.Constant(whitening),
+        trainable=False,
+    )(x)
+    x = gelu(x)
+    for width in airbench_model.WIDTHS:
+        x = gelu(bn(layers.MaxPooling2D(2)(conv(x, width))))
+        shortcut = x
+        x = gelu(bn(conv(x, width)))
+        if group_depth == 3:
+            x = gelu(layers.Add()([bn(conv(x, width)), shortcut]))
+    x = layers.GlobalMaxPooling2D()(x)
+    x = layers.Dense(10, use_bias=False, kernel_regularizer=reg)(x)
+    outputs = layers.Rescaling(airbench_model.LOGIT_SCALE, dtype="float32")(x)  # float32 logits
+    return tf.keras.Model(inputs, outputs)
+
+
+def _network(args):
+    """HParams fields of ``args``' network (``args.network``: resnet, the default, or airbench)."""
+    if getattr(args, "network", "resnet") == "airbench":
+        return {"network": "airbench", "group_depth": args.group_depth}
+    return {"num_layers": args.num_layers}
+
+
 class _KerasSpeed(tf.keras.callbacks.Callback):
     def __init__(self, batch_size, warmup):
         super().__init__()
@@ -99,7 +141,12 @@ def keras_rate(args, policy="float32"):
     tf.keras.utils.set_random_seed(0)
     tf.keras.mixed_precision.set_global_policy(policy)
     try:
-        model = keras_resnet(args.num_layers, 2e-4, args.batch_norm_decay, 1e-5)
+        if _network(args).get("network") == "airbench":
+            images = Cifar10DataSet(args.data_dir, "train").first_images(airbench_model.WHITEN_IMAGES)
+            whitening = airbench_model.whitening_kernel(images).numpy()
+            model = keras_airbench(whitening, args.group_depth, 2e-4, args.batch_norm_decay, 1e-5)
+        else:
+            model = keras_resnet(args.num_layers, 2e-4, args.batch_norm_decay, 1e-5)
     finally:
         tf.keras.mixed_precision.set_global_policy("float32")
     model.compile(
@@ -120,7 +167,6 @@ def estimator_rate(args, precision="fp32"):
         data_dir=args.data_dir,
         job_dir="",
         num_gpus=0,
-        num_layers=args.num_layers,
         train_batch_size=args.batch_size,
         batch_norm_decay=args.batch_norm_decay,
         precision=precision,
@@ -128,6 +174,7 @@ def estimator_rate(args, precision="fp32"):
         seed=0,
         log_every_n_steps=10**6,
         num_train_examples=data.num_examples_per_epoch(),
+        **_network(args),
     )
     speed = hooks.ExamplesPerSecondHook(args.batch_size, warmup_steps=args.warmup)
     with tempfile.TemporaryDirectory() as job_dir:

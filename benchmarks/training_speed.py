@@ -2,6 +2,7 @@
 
     python -m benchmarks.training_speed --data-dir work/cifar-10-full
     python -m benchmarks.training_speed --data-dir D --depths 20 56 --batch-sizes 128 256 --rounds 2
+    python -m benchmarks.training_speed --data-dir D --network airbench --batch-sizes 512
 
 For each depth, rounds alternate every trainer so all see the same machine load:
 our Estimator ``model_fn`` (``--precision fp32`` and ``bf16``), the same network
@@ -13,6 +14,10 @@ fraction of the matrix-product FLOP/s measured at the start of the same run
 (2048x2048, fp32 and bf16), counting 3x the forward FLOPs per training image.
 The training input pipeline alone is timed too: it must stay well ahead (5x) of
 what the fastest trainer consumes.
+
+``--network airbench`` times the recipes' network instead of the ResNets (its
+GELU fused into XLA kernels in ours, tf.nn.gelu's ops in Keras, as each
+framework runs it; no PyTorch version of it here).
 """
 
 import argparse
@@ -28,6 +33,7 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks import keras_vs_estimator as kv  # noqa: E402
 from benchmarks.input_pipeline import images_per_second  # noqa: E402
+from estimator.airbench_model import GROUP_DEPTHS, AirbenchCifar10  # noqa: E402
 from estimator.cifar10 import Cifar10DataSet  # noqa: E402
 from estimator.cifar10_model import ResNetCifar10  # noqa: E402
 
@@ -45,10 +51,14 @@ def matmul_gflops(dtype, n=2048, repeats=10) -> float:
     return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e9
 
 
-def forward_flops(num_layers: int) -> int:
-    """Floating-point operations of one image's forward pass, counted by TensorFlow's profiler."""
+def forward_flops(num_layers: int = 20, group_depth: int = 0) -> int:
+    """Floating-point operations of one image's forward pass, counted by TensorFlow's profiler:
+    ResNet-``num_layers``, or (``group_depth`` 2 or 3) the airbench network."""
     with tf.Graph().as_default() as graph:
-        model = ResNetCifar10(num_layers, False, 0.997, 1e-5, "channels_last")
+        if group_depth:
+            model = AirbenchCifar10(False, 0.6, 1e-5, group_depth=group_depth, fused_activation=False)
+        else:
+            model = ResNetCifar10(num_layers, False, 0.997, 1e-5, "channels_last")
         model.forward_pass(tf.zeros([1, 32, 32, 3]))
         opts = v1.profiler.ProfileOptionBuilder.float_operation()
         opts["output"] = "none"
@@ -97,7 +107,11 @@ RATIOS = [
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--depths", type=int, nargs="+", default=[20, 56])
+    parser.add_argument("--network", choices=("resnet", "airbench"), default="resnet")
+    parser.add_argument("--depths", type=int, nargs="+", default=[20, 56], help="--network resnet: ResNet depths.")
+    parser.add_argument(
+        "--group-depth", type=int, choices=GROUP_DEPTHS, default=2, help="--network airbench: 2 (airbench94) or 3."
+    )
     parser.add_argument(
         "--batch-sizes",
         type=int,
@@ -122,14 +136,25 @@ def main(argv=None):
     print_machine()
     peak = {"fp32": matmul_gflops(tf.float32), "bf16": matmul_gflops(tf.bfloat16)}
     print("matmul 2048x2048: fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s" % (peak["fp32"], peak["bf16"]))
-    with_torch = torch_available() and not args.no_torch
-    if not with_torch:
+    airbench = args.network == "airbench"
+    with_torch = torch_available() and not args.no_torch and not airbench
+    if airbench:
+        print("No PyTorch version of the airbench network here: its rows are left out.")
+    elif not with_torch:
         print("PyTorch not installed (pip install -e .[bench]): its rows are left out.")
     table = trainers(with_torch)
     batch = args.batch_sizes[0]
-    result = {"matmul_gflops": {k: round(v, 1) for k, v in peak.items()}, "depths": {}}
-    for depth in args.depths:
-        flops = 3 * forward_flops(depth)  # forward + backward (twice the forward)
+    # Each network timed, by label: ResNet-20, ..., or airbench94 / airbench96 (its group depth). In the
+    # JSON: "depths" by depth (ResNets), "networks" by label (airbench).
+    if airbench:
+        networks = {"airbench%d" % (90 + 2 * args.group_depth): 0}
+    else:
+        networks = {"ResNet-%d" % d: d for d in args.depths}
+    section = {}
+    result = {"matmul_gflops": {k: round(v, 1) for k, v in peak.items()}, "networks" if airbench else "depths": section}
+    for label, depth in networks.items():
+        group_depth = args.group_depth if airbench else 0
+        flops = 3 * forward_flops(depth, group_depth)  # forward + backward (twice the forward)
         rounds = {name: [] for name in table}
         extra = {b: [] for b in args.batch_sizes[1:]}
         for r in range(args.rounds):
@@ -138,6 +163,8 @@ def main(argv=None):
                 rate = fn(
                     argparse.Namespace(
                         data_dir=args.data_dir,
+                        network=args.network,
+                        group_depth=args.group_depth,
                         num_layers=depth,
                         batch_size=batch,
                         steps=steps,
@@ -146,12 +173,14 @@ def main(argv=None):
                     )
                 )
                 rounds[name].append(rate)
-                print("  round %d ResNet-%d %-22s %8.1f images/s" % (r + 1, depth, name, rate), flush=True)
+                print("  round %d %s %-22s %8.1f images/s" % (r + 1, label, name, rate), flush=True)
             for b in extra:
                 extra[b].append(
                     kv.estimator_rate(
                         argparse.Namespace(
                             data_dir=args.data_dir,
+                            network=args.network,
+                            group_depth=args.group_depth,
                             num_layers=depth,
                             batch_size=b,
                             steps=max(4, args.steps * batch // b),
@@ -163,8 +192,8 @@ def main(argv=None):
                 )
         best = {name: max(v) for name, v in rounds.items()}
         print(
-            "\nResNet-%d, batch %d, %.1f MFLOP per training image, best of %d rounds"
-            % (depth, batch, flops / 1e6, args.rounds)
+            "\n%s, batch %d, %.1f MFLOP per training image, best of %d rounds"
+            % (label, batch, flops / 1e6, args.rounds)
         )
         print("%-24s %10s %12s  %s" % ("trainer", "images/s", "of matmul", "rounds"))
         rows = {}
@@ -192,7 +221,7 @@ def main(argv=None):
                 "ours fp32 at batch %d: %.1f images/s (rounds %s)"
                 % (b, max(rates), " ".join("%.1f" % x for x in rates))
             )
-        result["depths"][str(depth)] = {
+        section[label if airbench else str(depth)] = {
             "forward_flops": flops // 3,
             "batch_size": batch,
             "trainers": rows,
@@ -202,7 +231,7 @@ def main(argv=None):
     pipeline = images_per_second(Cifar10DataSet(args.data_dir, "train", seed=0).dataset(batch), batch, 150)
     fastest = max(
         row["images_per_sec"]
-        for d in result["depths"].values()
+        for d in section.values()
         for name, row in d["trainers"].items()
         if name.startswith("ours")
     )
