@@ -8,6 +8,10 @@ the same decay and epsilon, L2 weight decay, momentum SGD) on the same
 TFRecords through the same input pipeline (``Cifar10DataSet``), channels_last,
 on this CPU. Rounds alternate Estimator and Keras in one process, so both see
 the same machine load; each reports steady-state images/s after warm-up.
+
+``keras_airbench`` is the recipes' network in Keras (``benchmarks.training_speed
+--network airbench`` times it); ``estimator_rate`` and ``keras_rate`` time it when
+their arguments say ``network="airbench"``.
 """
 
 import argparse
