@@ -146,50 +146,39 @@ def main(argv=None):
     batch = args.batch_sizes[0]
     # Each network timed, by label: ResNet-20, ..., or airbench94 / airbench96 (its group depth). In the
     # JSON: "depths" by depth (ResNets), "networks" by label (airbench).
+    # Values: (num_layers, group_depth), as forward_flops takes them.
     if airbench:
-        networks = {"airbench%d" % (90 + 2 * args.group_depth): 0}
+        networks = {"airbench%d" % (90 + 2 * args.group_depth): (0, args.group_depth)}
     else:
-        networks = {"ResNet-%d" % d: d for d in args.depths}
+        networks = {"ResNet-%d" % d: (d, 0) for d in args.depths}
     section = {}
     result = {"matmul_gflops": {k: round(v, 1) for k, v in peak.items()}, "networks" if airbench else "depths": section}
-    for label, depth in networks.items():
-        group_depth = args.group_depth if airbench else 0
+
+    def run_args(depth, batch_size, steps):
+        """What keras_vs_estimator's timers take: this network at ``batch_size`` for ``steps``."""
+        return argparse.Namespace(
+            data_dir=args.data_dir,
+            network=args.network,
+            group_depth=args.group_depth,
+            num_layers=depth,
+            batch_size=batch_size,
+            steps=steps,
+            warmup=args.warmup,
+            batch_norm_decay=args.batch_norm_decay,
+        )
+
+    for label, (depth, group_depth) in networks.items():
         flops = 3 * forward_flops(depth, group_depth)  # forward + backward (twice the forward)
         rounds = {name: [] for name in table}
         extra = {b: [] for b in args.batch_sizes[1:]}
         for r in range(args.rounds):
             for name, (precision, fn) in table.items():
                 steps = args.steps if precision == "fp32" else (args.bf16_steps or args.steps)
-                rate = fn(
-                    argparse.Namespace(
-                        data_dir=args.data_dir,
-                        network=args.network,
-                        group_depth=args.group_depth,
-                        num_layers=depth,
-                        batch_size=batch,
-                        steps=steps,
-                        warmup=args.warmup,
-                        batch_norm_decay=args.batch_norm_decay,
-                    )
-                )
+                rate = fn(run_args(depth, batch, steps))
                 rounds[name].append(rate)
                 print("  round %d %s %-22s %8.1f images/s" % (r + 1, label, name, rate), flush=True)
             for b in extra:
-                extra[b].append(
-                    kv.estimator_rate(
-                        argparse.Namespace(
-                            data_dir=args.data_dir,
-                            network=args.network,
-                            group_depth=args.group_depth,
-                            num_layers=depth,
-                            batch_size=b,
-                            steps=max(4, args.steps * batch // b),
-                            warmup=args.warmup,
-                            batch_norm_decay=args.batch_norm_decay,
-                        ),
-                        "fp32",
-                    )
-                )
+                extra[b].append(kv.estimator_rate(run_args(depth, b, max(4, args.steps * batch // b)), "fp32"))
         best = {name: max(v) for name, v in rounds.items()}
         print(
             "\n%s, batch %d, %.1f MFLOP per training image, best of %d rounds"
