@@ -26,7 +26,9 @@ from benchmarks.common import print_machine, write_result
 # by substring (oneDNN's ops carry prefixes such as _MklNative), so "Conv2D" also covers its
 # gradients, "Relu" ReluGrad, "Add" AddV2 and AddN.
 GROUPS = (
-    ("convolution", ("Conv2D", "DepthwiseConv2dNative")),
+    # MatMul: the filter gradients filter_gradient computes as matrix products (and the classifier's,
+    # a few microseconds).
+    ("convolution", ("Conv2D", "DepthwiseConv2dNative", "MatMul")),
     ("batch norm", ("FusedBatchNorm",)),
     ("cast", ("Cast",)),
     ("layout reorder", ("Transpose", "ToTf", "Reorder")),

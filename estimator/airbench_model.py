@@ -178,7 +178,7 @@ class AirbenchCifar10(model_base.ResNet):
         in_filters = int(x.shape[self._channel_axis])
         with v1.variable_scope(name):
             kernel = v1.get_variable("kernel", [3, 3, in_filters, filters], initializer=dirac_initializer)
-        return tf.nn.conv2d(x, tf.cast(kernel, x.dtype), 1, "SAME", data_format="NCHW" if self._nchw else "NHWC")
+        return self._conv2d(x, tf.cast(kernel, x.dtype), 1, "SAME")
 
     def _whiten(self, x):
         with v1.variable_scope("whiten"):

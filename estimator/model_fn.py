@@ -55,6 +55,10 @@ def split_batch(tensor, num_shards: int):
     """Splits along the batch axis into ``num_shards`` parts that differ by at most one."""
     if num_shards == 1:
         return [tensor]
+    if tensor.shape[0] is not None:
+        # Static sizes keep the shards' shapes known to the graph (filter_gradient times by shape).
+        base, extra = divmod(int(tensor.shape[0]), num_shards)
+        return tf.split(tensor, [base + int(i < extra) for i in range(num_shards)], axis=0)
     size = tf.shape(tensor)[0]
     base, extra = size // num_shards, size % num_shards
     sizes = [base + tf.cast(i < extra, tf.int32) for i in range(num_shards)]

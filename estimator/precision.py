@@ -65,9 +65,9 @@ def network_code_digest(paths=None) -> str:
     made airbench's bf16 steps 1.56x faster on a Xeon with AMX, and the evaluation's ratio to them
     smaller) would otherwise plan budgets from figures no longer true."""
     if paths is None:
-        from estimator import airbench_model, cifar10_model, ensemble, model_base
+        from estimator import airbench_model, cifar10_model, ensemble, filter_gradient, model_base
 
-        paths = [m.__file__ for m in (airbench_model, cifar10_model, ensemble, model_base)]
+        paths = [m.__file__ for m in (airbench_model, cifar10_model, ensemble, filter_gradient, model_base)]
     digest = hashlib.sha256()
     for path in paths:
         with open(path, "rb") as f:
@@ -101,7 +101,7 @@ def cache_key(cpu_model: str, hp) -> str:
     )
 
 
-def _read_cache(path: str) -> dict:
+def read_cache(path: str) -> dict:
     try:
         with open(path) as f:
             return json.load(f)
@@ -109,7 +109,7 @@ def _read_cache(path: str) -> dict:
         return {}
 
 
-def _write_cache(path: str, cache: dict) -> None:
+def write_cache(path: str, cache: dict) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = "%s.tmp-%d" % (path, os.getpid())
@@ -131,7 +131,7 @@ def seconds_per_run(sess, fetch, steps: int, warmup: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int) -> float:
+def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int, image_size: int = 32) -> float:
     """Images/s of one tower's batches of the real network on random images, in a graph and session of
     its own: training steps (forward, backward, momentum update) or inference (forward with the moving
     batch-norm statistics, at the evaluation batch size, as the evaluations run it)."""
@@ -144,7 +144,8 @@ def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int) 
     batch = (hp.train_batch_size if training else hp.eval_batch_size) // len(hp.towers)
     with tf.Graph().as_default():
         v1.set_random_seed(0)
-        images = tf.constant(np.random.RandomState(0).uniform(0, 255, (batch, 32, 32, 3)).astype(np.float32))
+        shape = (batch, image_size, image_size, 3)
+        images = tf.constant(np.random.RandomState(0).uniform(0, 255, shape).astype(np.float32))
         labels = tf.constant(np.arange(batch) % 10, tf.int32)
         with v1.variable_scope("resnet"):
             model = cifar10_model.build(hp, training, precision)
@@ -162,10 +163,12 @@ def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int) 
             return batch / seconds_per_run(sess, step, steps, warmup)
 
 
-def time_training_steps(hp, precision: str, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP_STEPS) -> float:
+def time_training_steps(
+    hp, precision: str, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP_STEPS, image_size: int = 32
+) -> float:
     """Training images/s of the real network (forward, backward, momentum update) in ``precision``,
-    on random images of one tower's batch, in a graph and session of its own."""
-    return _timed_batches(hp, precision, True, steps, warmup)
+    on random images of one tower's batch (``image_size`` pixels a side), in a graph and session of its own."""
+    return _timed_batches(hp, precision, True, steps, warmup, image_size)
 
 
 def time_evaluation_batches(hp, precision: str, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP_STEPS) -> float:
@@ -186,14 +189,14 @@ def evaluation_speedup(hp, cpu=None, timers=(time_training_steps, time_evaluatio
     """
     cpu = cpu or cpu_info()
     path = cache_file or cache_path(EVAL_CACHE_FILE)
-    cache = _read_cache(path)
+    cache = read_cache(path)
     key = "|".join((cache_key(cpu["model"], hp), hp.precision, str(hp.eval_batch_size // len(hp.towers))))
     probe = cache.get(key)
     if not probe or set(probe) != {"train", "eval"}:
         train, evaluate = timers
         probe = {"train": round(train(hp, hp.precision), 1), "eval": round(evaluate(hp, hp.precision), 1)}
         cache[key] = probe
-        _write_cache(path, cache)
+        write_cache(path, cache)
     return probe["eval"] / probe["train"], dict(probe)
 
 
@@ -207,11 +210,11 @@ def choose(hp, cpu=None, timer=time_training_steps, cache_file=None):
     if not native_bf16(cpu["flags"]):
         return "fp32", {}
     path = cache_file or cache_path()
-    cache = _read_cache(path)
+    cache = read_cache(path)
     key = cache_key(cpu["model"], hp)
     probe = cache.get(key)
     if not probe or set(probe) != set(CANDIDATES):
         probe = {p: round(timer(hp, p), 1) for p in CANDIDATES}
         cache[key] = probe
-        _write_cache(path, cache)
+        write_cache(path, cache)
     return max(CANDIDATES, key=lambda p: probe[p]), dict(probe)

@@ -175,8 +175,13 @@ def test_two_tower_gradient_equals_one_tower_gradient():
 
 def test_split_batch_uneven_sizes():
     with tf.Graph().as_default(), v1.Session() as sess:
-        parts = sess.run(split_batch(tf.range(7), 3))
-    assert [p.tolist() for p in parts] == [[0, 1, 2], [3, 4], [5, 6]]
+        unknown = v1.placeholder(tf.int32, [None])
+        static, dynamic = split_batch(tf.range(7), 3), split_batch(unknown, 3)
+        # A batch of known size gives shards of known sizes (training batches; filter_gradient needs them).
+        assert [p.shape.as_list() for p in static] == [[3], [2], [2]]
+        assert [p.shape.as_list() for p in dynamic] == [[None]] * 3
+        parts, fed = sess.run([static, dynamic], {unknown: np.arange(7)})
+    assert [p.tolist() for p in parts] == [p.tolist() for p in fed] == [[0, 1, 2], [3, 4], [5, 6]]
 
 
 def test_loss_at_initialisation_is_ln_10(mini_records):

@@ -14,6 +14,7 @@ from benchmarks import step_profile
         ("PartitionedCall", "tower_0/resnet/group1/FusedGelu/PartitionedCall", "GELU"),  # fused_gelu
         ("Mul", "tower_0/resnet/mul", "elementwise"),
         ("_MklNativeConv2DBackpropFilter", "gradients/x/Conv2D_grad", "convolution"),
+        ("_MklMatMul", "gradients/x/Conv2D_1/MatMul_4", "convolution"),  # filter_gradient's matrix products
         ("MaxPoolGrad", "gradients/x/MaxPool_grad", "max pool"),
         ("_MklNativeFusedBatchNormGradV3", "gradients/x", "batch norm"),
         ("Unique", "x", "other"),

@@ -1,0 +1,133 @@
+"""Convolution filter gradients: TensorFlow's kernel against matrix products, per shape and per step.
+
+    python -m benchmarks.filter_gradient_speed --network airbench --group-depth 3 --batch-size 512
+    python -m benchmarks.filter_gradient_speed --network resnet --num-layers 20 --batch-size 256
+
+For each stride-1 3x3 convolution of the training network (its input and kernel
+shapes read off the network built at ``--batch-size``, for each of
+``--image-sizes``), times the kernel's gradient as TensorFlow computes it
+(``Conv2DBackpropFilter``) and as ``filter_gradient``'s nine matrix products, in
+each of ``--precisions``, alternated, best of ``--rounds``; marks the shapes the
+trainer considers (``filter_gradient.is_candidate``). Then times whole training
+steps of the network with the matrix products where they were measured faster
+and without them (``filter_gradient.native_only``), rounds interleaved. Prints the
+CPU model and its bf16 flags (figures only compare within one run) and writes JSON.
+"""
+
+import argparse
+
+from benchmarks.common import print_machine, write_result
+
+
+def convolution_shapes(hp, image_size: int):
+    """``[(input shape, kernel shape)]`` of the network's stride-1 SAME convolutions in a training step."""
+    import tensorflow as tf
+
+    from estimator import cifar10_model
+
+    with tf.Graph().as_default():
+        with tf.compat.v1.variable_scope("resnet"):
+            model = cifar10_model.build(hp, True, "fp32")
+            model.forward_pass(tf.zeros([hp.train_batch_size, image_size, image_size, 3]))
+        shapes = []
+        for op in tf.compat.v1.get_default_graph().get_operations():
+            if op.type == "Conv2D" and op.get_attr("padding") == b"SAME" and list(op.get_attr("strides")) == [1] * 4:
+                shape = (tuple(op.inputs[0].shape.as_list()), tuple(op.inputs[1].shape.as_list()))
+                if shape not in shapes:
+                    shapes.append(shape)
+        return shapes
+
+
+def main(argv=None):
+    import tensorflow as tf
+
+    from estimator import airbench_model, filter_gradient, precision
+    from estimator.hparams import HParams
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--network", choices=("airbench", "resnet"), default="airbench")
+    parser.add_argument("--group-depth", type=int, choices=airbench_model.GROUP_DEPTHS, default=3)
+    parser.add_argument("--num-layers", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--image-sizes", type=int, nargs="+", default=[32, 20])
+    parser.add_argument("--precisions", nargs="+", choices=precision.CANDIDATES, default=["bf16", "fp32"])
+    parser.add_argument("--runs", type=int, default=3, help="Timed filter gradients per shape and round.")
+    parser.add_argument("--steps", type=int, default=10, help="Timed training steps per round.")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2, help="Each figure is the best of this many rounds.")
+    parser.add_argument("--out", default="benchmarks/results/filter_gradient_speed.json")
+    args = parser.parse_args(argv)
+    print_machine()
+    hp = HParams(
+        data_dir="",
+        job_dir="",
+        num_gpus=0,
+        network=args.network,
+        group_depth=args.group_depth if args.network == "airbench" else 2,
+        num_layers=args.num_layers,
+        train_batch_size=args.batch_size,
+        seed=0,
+    )
+    dtypes = {"bf16": tf.bfloat16, "fp32": tf.float32}
+    result = {"network": args.network, "batch_size": args.batch_size, "shapes": [], "steps": {}}
+    print("\nms per filter gradient, best of %d rounds of %d" % (args.rounds, args.runs))
+    print("%-6s %-20s %-16s %9s %9s %8s %s" % ("", "input", "kernel", "native", "matmuls", "speedup", "candidate"))
+    for size in args.image_sizes:
+        for x_shape, kernel_shape in convolution_shapes(hp, size):
+            for name in args.precisions:
+                timings = [
+                    filter_gradient.time_filter_gradients(x_shape, kernel_shape, dtypes[name], args.runs, 1)
+                    for _ in range(args.rounds)
+                ]
+                best = {way: min(t[way] for t in timings) for way in (filter_gradient.NATIVE, filter_gradient.MATMULS)}
+                candidate = filter_gradient.is_candidate(x_shape, kernel_shape, dtypes[name], 1, "SAME", "NHWC")
+                speedup = best[filter_gradient.NATIVE] / best[filter_gradient.MATMULS]
+                print(
+                    "%-6s %-20s %-16s %9.2f %9.2f %8.2f %s"
+                    % (
+                        name,
+                        "x".join(map(str, x_shape)),
+                        "x".join(map(str, kernel_shape)),
+                        best[filter_gradient.NATIVE],
+                        best[filter_gradient.MATMULS],
+                        speedup,
+                        "yes" if candidate else "no",
+                    )
+                )
+                result["shapes"].append(
+                    {
+                        "image_size": size,
+                        "input": list(x_shape),
+                        "kernel": list(kernel_shape),
+                        "precision": name,
+                        "ms": best,
+                        "speedup": round(speedup, 3),
+                        "candidate": candidate,
+                    }
+                )
+    rates = {}
+    for _ in range(args.rounds):  # interleaved, so drift on a shared machine hits both alike
+        for size in args.image_sizes:
+            for name in args.precisions:
+                for way in ("measured", "native only"):
+                    with filter_gradient.native_only(way == "native only"):
+                        rate = precision.time_training_steps(hp, name, args.steps, args.warmup, size)
+                    rates.setdefault("%s|%d|%s" % (name, size, way), []).append(round(rate, 1))
+    print("\ntraining images/s, one tower, batch %d, best of %d rounds" % (args.batch_size, args.rounds))
+    print("%-6s %6s %12s %12s %8s" % ("", "pixels", "native only", "measured", "speedup"))
+    for size in args.image_sizes:
+        for name in args.precisions:
+            measured, native = (max(rates["%s|%d|%s" % (name, size, way)]) for way in ("measured", "native only"))
+            print("%-6s %6d %12.1f %12.1f %8.2f" % (name, size, native, measured, measured / native))
+            result["steps"]["%s_%d" % (name, size)] = {
+                "native_only": native,
+                "measured": measured,
+                "speedup": round(measured / native, 3),
+                "rounds": {way: rates["%s|%d|%s" % (name, size, way)] for way in ("measured", "native only")},
+            }
+    write_result(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,190 @@
+"""bf16 convolutions' filter gradients as matrix products where that is faster, by measurement.
+
+TensorFlow 2.15's oneDNN Conv2DBackpropFilter is slow in bf16 for wide convolutions on small
+maps: on a Xeon with AMX, 256 to 256 channels on 8x8 maps at batch 512 took 58 ms against 10 ms
+for the forward convolution, and 33 ms on 4x4 maps. The same gradient is a sum over the kernel's
+offsets: for each offset, the input shifted by it, as a ``[batch*height*width, in]`` matrix,
+times the output's gradient as a ``[batch*height*width, out]`` one; as nine matrix products on
+the matrix units those shapes took 42 and 11 ms, and airbench's deeper network trained 1.21x
+faster on 32-pixel images and 1.47x on 20-pixel ones (docs/speed.md). Narrow or large maps go
+the other way (ResNet-20's 64 channels on 8x8 maps: 4.7 against 6.7 ms), as does float32 on the
+same CPU (104 against 173 ms), and other CPUs were not measured: so a convolution only becomes a
+candidate where the matrix products can pay (bf16, stride 1, ``SAME``, channels last, at least
+``MIN_IN_CHANNELS`` in, at most ``MAX_POSITIONS`` positions), and each candidate's shape is timed
+both ways on its first use (about a second) and cached per CPU model like the precision probe
+(``precision.cache_path``). Only training builds it: evaluation and exports have no gradients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import tensorflow as tf
+
+from estimator import precision
+
+CACHE_FILE = "filter_gradient_probe.json"
+MIN_IN_CHANNELS = 128
+MAX_POSITIONS = 64
+PROBE_WARMUP = 2
+PROBE_RUNS = 5
+NATIVE, MATMULS = "native", "matmuls"
+_native_only = False
+
+
+def filter_gradient_matmuls(x, dy, kernel_size: int):
+    """The gradient of a stride-1 ``SAME`` NHWC convolution's ``[k, k, in, out]`` kernel, given its
+    input ``x`` and the gradient ``dy`` of its output, as one matrix product per kernel offset (the
+    map's height and width may be known only when it runs)."""
+    in_channels, out_channels = int(x.shape[-1]), int(dy.shape[-1])
+    height, width = (x.shape[i] if x.shape[i] is not None else tf.shape(x)[i] for i in (1, 2))
+    pad = kernel_size // 2
+    padded = tf.pad(x, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+    dy2 = tf.reshape(dy, [-1, out_channels])
+    products = [
+        tf.matmul(tf.reshape(padded[:, a : a + height, b : b + width, :], [-1, in_channels]), dy2, transpose_a=True)
+        for a in range(kernel_size)
+        for b in range(kernel_size)
+    ]
+    return tf.reshape(tf.stack(products), [kernel_size, kernel_size, in_channels, out_channels])
+
+
+def conv2d_matmul_gradient(x, kernel, sides=None):
+    """``tf.nn.conv2d(x, kernel, 1, "SAME")`` (NHWC), with the kernel's gradient from
+    ``filter_gradient_matmuls`` (on square maps of one of ``sides`` pixels a side, when given: the
+    others get TensorFlow's, chosen as the step runs) and the input's from TensorFlow's own kernel."""
+
+    def native(x, kernel, dy):
+        return tf.raw_ops.Conv2DBackpropFilter(
+            input=x, filter_sizes=tf.shape(kernel), out_backprop=dy, strides=[1, 1, 1, 1], padding="SAME"
+        )
+
+    @tf.custom_gradient
+    def conv(x, kernel):
+        def gradient(dy):
+            dx = tf.raw_ops.Conv2DBackpropInput(
+                input_sizes=tf.shape(x), filter=kernel, out_backprop=dy, strides=[1, 1, 1, 1], padding="SAME"
+            )
+            matmuls = lambda: filter_gradient_matmuls(x, dy, int(kernel.shape[0]))  # noqa: E731
+            if sides is None:
+                return dx, matmuls()
+            height, width = tf.shape(x)[1], tf.shape(x)[2]
+            square = tf.logical_and(tf.equal(height, width), tf.reduce_any(tf.equal(height, list(sides))))
+            return dx, tf.cond(square, matmuls, lambda: native(x, kernel, dy))
+
+        return tf.nn.conv2d(x, kernel, 1, "SAME"), gradient
+
+    return conv(x, kernel)
+
+
+def is_candidate(x_shape, kernel_shape, dtype, strides: int, padding: str, data_format: str) -> bool:
+    """Whether a convolution's filter gradient may be faster as matrix products (then it is timed).
+    A map whose height and width are known only as the step runs (``--progressive-resize``) is one."""
+    batch, height, width, in_channels = x_shape
+    size, size2 = kernel_shape[:2]
+    small = height is None and width is None or None not in (height, width) and height * width <= MAX_POSITIONS
+    return (
+        dtype == tf.bfloat16
+        and strides == 1
+        and padding == "SAME"
+        and data_format == "NHWC"
+        and size == size2
+        and size % 2 == 1
+        and None not in (batch, in_channels)
+        and in_channels >= MIN_IN_CHANNELS
+        and small
+    )
+
+
+def time_filter_gradients(x_shape, kernel_shape, dtype, runs: int = PROBE_RUNS, warmup: int = PROBE_WARMUP) -> dict:
+    """``{NATIVE: ms, MATMULS: ms}``: one filter gradient of this shape each way, alternated, best of
+    ``runs``, on random values in a graph and session of their own."""
+    import numpy as np
+
+    v1 = tf.compat.v1
+    dtype = tf.as_dtype(dtype)
+    size = int(kernel_shape[0])
+    out_shape = list(x_shape[:3]) + [int(kernel_shape[-1])]
+    with tf.Graph().as_default():
+        # Variables, not constants, which the graph optimiser would fold away before the timing.
+        random = np.random.RandomState(0)
+        x = tf.Variable(random.standard_normal(x_shape).astype(np.float32).astype(dtype.as_numpy_dtype))
+        dy = tf.Variable(random.standard_normal(out_shape).astype(np.float32).astype(dtype.as_numpy_dtype))
+        native = tf.raw_ops.Conv2DBackpropFilter(
+            input=x, filter_sizes=list(kernel_shape), out_backprop=dy, strides=[1, 1, 1, 1], padding="SAME"
+        )
+        fetches = {NATIVE: native, MATMULS: filter_gradient_matmuls(x, dy, size)}
+        best = {name: float("inf") for name in fetches}
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            for round_ in range(warmup + runs):
+                for name, fetch in fetches.items():
+                    seconds = precision.seconds_per_run(sess, fetch.op, 1, 0)
+                    if round_ >= warmup:
+                        best[name] = min(best[name], seconds)
+    return {name: round(seconds * 1e3, 3) for name, seconds in best.items()}
+
+
+def cache_key(cpu_model: str, x_shape, kernel_shape, dtype) -> str:
+    parts = (cpu_model, tf.__version__, tf.as_dtype(dtype).name, list(x_shape), list(kernel_shape))
+    return "|".join(str(v) for v in parts)
+
+
+def choose(x_shape, kernel_shape, dtype, cpu=None, timer=time_filter_gradients, cache_file=None) -> str:
+    """``MATMULS`` or ``NATIVE``: the faster filter gradient for this convolution on this CPU, timed on
+    first use and cached per CPU model, TensorFlow version, type and shape."""
+    import logging
+
+    cpu = cpu or precision.cpu_info()
+    path = cache_file or precision.cache_path(CACHE_FILE)
+    cache = precision.read_cache(path)
+    key = cache_key(cpu["model"], x_shape, kernel_shape, dtype)
+    timing = cache.get(key)
+    if not timing or set(timing) != {NATIVE, MATMULS}:
+        timing = timer(x_shape, kernel_shape, dtype)
+        cache[key] = timing
+        precision.write_cache(path, cache)
+        logging.getLogger("tensorflow").info(
+            "Filter gradient of a %s convolution on %s: %.1f ms native, %.1f ms as matrix products.",
+            list(kernel_shape),
+            list(x_shape),
+            timing[NATIVE],
+            timing[MATMULS],
+        )
+    return MATMULS if timing[MATMULS] < timing[NATIVE] else NATIVE
+
+
+@contextlib.contextmanager
+def native_only(enabled: bool = True):
+    """Within it (``enabled``), networks built take TensorFlow's filter gradients everywhere (what
+    ``benchmarks.filter_gradient_speed`` times the measured choice against)."""
+    global _native_only
+    before, _native_only = _native_only, enabled
+    try:
+        yield
+    finally:
+        _native_only = before
+
+
+def faster_sides(x_shape, kernel_shape, dtype, choose_fn=None) -> list:
+    """The sides of the square maps on which this candidate convolution's filter gradient was measured
+    faster as matrix products: its own map's (if that is known and square), or, for a map known only as
+    the step runs, every square one of at most ``MAX_POSITIONS`` positions (each timed once)."""
+    choose_fn = choose_fn or choose
+    batch, height, width, in_channels = x_shape
+    if height is not None or width is not None:
+        sides = [height] if height == width else []
+    else:
+        sides = [side for side in range(1, MAX_POSITIONS + 1) if side * side <= MAX_POSITIONS]
+    return [side for side in sides if choose_fn((batch, side, side, in_channels), kernel_shape, dtype) == MATMULS]
+
+
+def conv2d(x, kernel, strides: int, padding: str, data_format: str, training: bool):
+    """``tf.nn.conv2d``, whose kernel gradient is computed as matrix products on the maps where that was
+    measured faster for this shape on this CPU (training graphs only)."""
+    x_shape, kernel_shape = tuple(x.shape.as_list()), tuple(kernel.shape.as_list())
+    if training and not _native_only and is_candidate(x_shape, kernel_shape, x.dtype, strides, padding, data_format):
+        sides = faster_sides(x_shape, kernel_shape, x.dtype)
+        if sides:
+            return conv2d_matmul_gradient(x, kernel, None if None not in x_shape else sides)
+    return tf.nn.conv2d(x, kernel, strides, padding, data_format=data_format)
