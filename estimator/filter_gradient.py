@@ -1,18 +1,20 @@
 """bf16 convolutions' filter gradients as matrix products where that is faster, by measurement.
 
 TensorFlow 2.15's oneDNN Conv2DBackpropFilter is slow in bf16 for wide convolutions on small
-maps: on a Xeon with AMX, 256 to 256 channels on 8x8 maps at batch 512 took 58 ms against 10 ms
-for the forward convolution, and 33 ms on 4x4 maps. The same gradient is a sum over the kernel's
-offsets: for each offset, the input shifted by it, as a ``[batch*height*width, in]`` matrix,
-times the output's gradient as a ``[batch*height*width, out]`` one; as nine matrix products on
-the matrix units those shapes took 42 and 11 ms, and airbench's deeper network trained 1.21x
-faster on 32-pixel images and 1.47x on 20-pixel ones (docs/speed.md). Narrow or large maps go
-the other way (ResNet-20's 64 channels on 8x8 maps: 4.7 against 6.7 ms), as does float32 on the
-same CPU (104 against 173 ms), and other CPUs were not measured: so a convolution only becomes a
+maps: on a Xeon with AMX, 256 to 256 channels on 7x7 maps at batch 512 took 52.8 ms, on 3x3 maps
+27.3 ms (0.2 TFLOP/s). The same gradient is a sum over the kernel's offsets: for each offset, the
+input shifted by it, as a ``[batch*height*width, in]`` matrix, times the output's gradient as a
+``[batch*height*width, out]`` one; as nine matrix products on the matrix units those shapes took
+38.6 and 8.6 ms, and airbench's deeper network trained 1.27x faster on 32-pixel images and 1.41x on
+20-pixel ones (``benchmarks.filter_gradient_speed``, docs/speed.md). Narrow or large maps go the
+other way (64 channels on 15x15 maps: 8.3 against 26.9 ms), as does float32 on the same CPU (7x7
+maps: 90.5 against 124.3 ms), and other CPUs were not measured: so a convolution only becomes a
 candidate where the matrix products can pay (bf16, stride 1, ``SAME``, channels last, at least
-``MIN_IN_CHANNELS`` in, at most ``MAX_POSITIONS`` positions), and each candidate's shape is timed
-both ways on its first use (about a second) and cached per CPU model like the precision probe
-(``precision.cache_path``). Only training builds it: evaluation and exports have no gradients.
+``MIN_IN_CHANNELS`` in, at most ``MAX_POSITIONS`` positions, or a map whose size is known only as
+the step runs), and each candidate's shape is timed both ways on its first use (about a second) and
+cached per CPU model like the precision probe (``precision.cache_path``). Only training builds it:
+evaluation and exports have no gradients. The matrix products accumulate in float32 and round once,
+so in bf16 they are also closer to the exact sum than TensorFlow's kernel (docs/speed.md).
 """
 
 from __future__ import annotations
