@@ -374,9 +374,9 @@ def test_the_networks_code_digest_follows_every_byte_of_it(tmp_path):
     b.write_text("y = 3\n")
     assert precision.network_code_digest([str(a), str(b)]) != digest
     # By default: the modules that build the networks the probes time.
-    from estimator import airbench_model, cifar10_model, ensemble, model_base
+    from estimator import airbench_model, cifar10_model, ensemble, filter_gradient, model_base
 
-    modules = [m.__file__ for m in (airbench_model, cifar10_model, ensemble, model_base)]
+    modules = [m.__file__ for m in (airbench_model, cifar10_model, ensemble, filter_gradient, model_base)]
     assert precision.network_code_digest() == precision.network_code_digest(modules)
 
 
