@@ -139,13 +139,9 @@ def choose(x_shape, kernel_shape, dtype, cpu=None, timer=time_filter_gradients, 
 
     cpu = cpu or precision.cpu_info()
     path = cache_file or precision.cache_path(CACHE_FILE)
-    cache = precision.read_cache(path)
     key = cache_key(cpu["model"], x_shape, kernel_shape, dtype)
-    timing = cache.get(key)
-    if not timing or set(timing) != {NATIVE, MATMULS}:
-        timing = timer(x_shape, kernel_shape, dtype)
-        cache[key] = timing
-        precision.write_cache(path, cache)
+    timing, measured = precision.cached_probe(path, key, (NATIVE, MATMULS), lambda: timer(x_shape, kernel_shape, dtype))
+    if measured:
         logging.getLogger("tensorflow").info(
             "Filter gradient of a %s convolution on %s: %.1f ms native, %.1f ms as matrix products.",
             list(kernel_shape),

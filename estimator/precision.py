@@ -101,7 +101,7 @@ def cache_key(cpu_model: str, hp) -> str:
     )
 
 
-def read_cache(path: str) -> dict:
+def _read_cache(path: str) -> dict:
     try:
         with open(path) as f:
             return json.load(f)
@@ -109,7 +109,7 @@ def read_cache(path: str) -> dict:
         return {}
 
 
-def write_cache(path: str, cache: dict) -> None:
+def _write_cache(path: str, cache: dict) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = "%s.tmp-%d" % (path, os.getpid())
@@ -118,6 +118,20 @@ def write_cache(path: str, cache: dict) -> None:
         os.replace(temporary, path)
     except OSError:
         pass  # a cache we cannot write costs a probe next time, nothing more
+
+
+def cached_probe(path: str, key: str, names, measure):
+    """``(probe, measured)``: the measurement cached under ``key`` in the JSON file at ``path`` if it
+    has exactly ``names``, else ``measure()``'s (a dict), written back: a damaged entry is measured
+    again. The probes of this module and ``filter_gradient`` share it."""
+    cache = _read_cache(path)
+    probe = cache.get(key)
+    if probe and set(probe) == set(names):
+        return dict(probe), False
+    probe = measure()
+    cache[key] = probe
+    _write_cache(path, cache)
+    return dict(probe), True
 
 
 def seconds_per_run(sess, fetch, steps: int, warmup: int) -> float:
@@ -189,15 +203,15 @@ def evaluation_speedup(hp, cpu=None, timers=(time_training_steps, time_evaluatio
     """
     cpu = cpu or cpu_info()
     path = cache_file or cache_path(EVAL_CACHE_FILE)
-    cache = read_cache(path)
     key = "|".join((cache_key(cpu["model"], hp), hp.precision, str(hp.eval_batch_size // len(hp.towers))))
-    probe = cache.get(key)
-    if not probe or set(probe) != {"train", "eval"}:
-        train, evaluate = timers
-        probe = {"train": round(train(hp, hp.precision), 1), "eval": round(evaluate(hp, hp.precision), 1)}
-        cache[key] = probe
-        write_cache(path, cache)
-    return probe["eval"] / probe["train"], dict(probe)
+    train, evaluate = timers
+    probe, _ = cached_probe(
+        path,
+        key,
+        ("train", "eval"),
+        lambda: {"train": round(train(hp, hp.precision), 1), "eval": round(evaluate(hp, hp.precision), 1)},
+    )
+    return probe["eval"] / probe["train"], probe
 
 
 def choose(hp, cpu=None, timer=time_training_steps, cache_file=None):
@@ -210,11 +224,7 @@ def choose(hp, cpu=None, timer=time_training_steps, cache_file=None):
     if not native_bf16(cpu["flags"]):
         return "fp32", {}
     path = cache_file or cache_path()
-    cache = read_cache(path)
-    key = cache_key(cpu["model"], hp)
-    probe = cache.get(key)
-    if not probe or set(probe) != set(CANDIDATES):
-        probe = {p: round(timer(hp, p), 1) for p in CANDIDATES}
-        cache[key] = probe
-        write_cache(path, cache)
-    return max(CANDIDATES, key=lambda p: probe[p]), dict(probe)
+    probe, _ = cached_probe(
+        path, cache_key(cpu["model"], hp), CANDIDATES, lambda: {p: round(timer(hp, p), 1) for p in CANDIDATES}
+    )
+    return max(CANDIDATES, key=lambda p: probe[p]), probe
