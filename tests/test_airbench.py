@@ -86,6 +86,29 @@ def test_dirac_convolution_starts_by_passing_its_input_on():
     assert np.abs(k[..., 4:]).max() <= 1 / np.sqrt(36) and np.abs(k[..., 4:]).max() > 0.05  # PyTorch's default
 
 
+@pytest.mark.parametrize("shape", [[3, 3, 4, 6], [3, 3, 6, 4], [2, 2, 3, 24], [1, 1, 5, 5]])
+def test_dirac_filters_are_exact_identities_at_the_centre_tap(shape):
+    size, _, fan_in, filters = shape
+    n = min(fan_in, filters)
+    expected = np.zeros([size, size, fan_in, n], np.float32)
+    for i in range(n):
+        expected[size // 2, size // 2, i, i] = 1.0
+    with tf.Graph().as_default(), v1.Session() as sess:
+        k = sess.run(airbench_model.dirac_initializer(shape))
+    np.testing.assert_array_equal(k[..., :n], expected)
+    assert k.shape == tuple(shape) and (k[..., n:] != 0).all()  # the rest: random, no exact zeros
+
+
+def test_the_training_graph_stores_no_initial_values():
+    """The dirac kernels' identities are built by ops, not kept as constants: airbench96's graph
+    was 50 MB with them (written to graph.pbtxt, the events file and every checkpoint's .meta)."""
+    with tf.Graph().as_default() as graph:
+        model = cifar10_model.build(hp(network="airbench", group_depth=3), True)
+        model.forward_pass(tf.zeros([2, 32, 32, 3]))
+        size = graph.as_graph_def().ByteSize()
+    assert size < 200_000, size
+
+
 def test_network_shape_and_parameter_count():
     # Trainable: the whitening bias (24), 3x3 kernels 24-64-64-256-256-256-256, six batch-norm
     # shifts, the 256x10 classifier; the 2x2x3x24 whitening kernel is fixed.
