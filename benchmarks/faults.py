@@ -1,4 +1,4 @@
-"""Faults injected into real trainers, and whether the job survives them: the table in docs/training.md.
+"""Faults injected into real trainers, and whether the job survives them: the table in docs/faults.md.
 
     python -m benchmarks.faults --data-dir DIR [--out benchmarks/results/faults.json]
 

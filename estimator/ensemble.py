@@ -7,10 +7,10 @@ averaged logits: trained through their average, members co-adapt and lose the di
 make an ensemble gain. Evaluations, exports and predictions use the average of the members' logits.
 
 Why: on these 50,000 images a single network is short of data, not of steps (twice the
-30-minute budget bought +0.14 to +0.63, docs/training.md), and independently initialised networks
+30-minute budget bought +0.14 to +0.63, docs/experiments.md), and independently initialised networks
 make partly independent errors, which averaging removes. N members cost N times the FLOPs per
 image, so under a time budget each member sees 1/N of the epochs. Measured at 30 minutes (Zen 5,
-docs/training.md): two airbench networks of 14 epochs each score 90.07% and 89.56% alone and 90.54%
+docs/experiments.md): two airbench networks of 14 epochs each score 90.07% and 89.56% alone and 90.54%
 together, level with one network of 28 epochs (90.44-90.72%); the recipes train one.
 """
 

@@ -59,7 +59,7 @@ class HParams:
     # The airbench network's whitening: added to each eigenvalue of the 2x2 patches' covariance,
     # relative to their mean (airbench's 5e-4). Larger damps the flattest directions, where JPEG
     # copies of CIFAR-10 hold less signal than the original pixels; ten times the floor cost 0.45 at
-    # 30 minutes on the JPEG stand-in (docs/training.md), so the default stays airbench's.
+    # 30 minutes on the JPEG stand-in (docs/experiments.md), so the default stays airbench's.
     whiten_eps: float = airbench_model.WHITEN_EPS
     # The airbench network's 3x3 convolutions per group: 2 (airbench94's) or 3 (airbench96's, a residual
     # around the last two; about 1.36x the FLOPs per image).

@@ -187,7 +187,7 @@ def test_a_signal_saves_the_step_reached_and_the_same_command_resumes(mini_recor
 @pytest.mark.slow
 def test_faults_at_every_stage_are_survived(mini_records, tmp_path):
     """SIGTERM, SIGINT and SIGKILL during training, a checkpoint save, the final evaluation and the exports
-    (benchmarks.faults; docs/training.md has the table of a run)."""
+    (benchmarks.faults; docs/faults.md has the table of a run)."""
     # Four of the benchmark's eight (the signal test above covers SIGTERM and SIGINT mid-training):
     # CI's time; python -m benchmarks.faults runs all eight.
     chosen = [

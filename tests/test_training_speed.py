@@ -59,7 +59,7 @@ def test_flops_are_counted_for_both_networks():
         training_speed.forward_flops(group_depth=3),
     )
     # Two per multiply-add: ResNet-20's 41M multiply-adds (He et al. 2016), airbench94's 0.24 GFLOP
-    # (docs/training.md), and airbench96's third convolution per group 1.36x that (recipes/cpu_30min.args).
+    # (docs/experiments.md), and airbench96's third convolution per group 1.36x that (recipes/cpu_30min.args).
     assert 80e6 < resnet20 < 84e6
     assert 0.23e9 < airbench94 < 0.25e9
     assert airbench96 / airbench94 == pytest.approx(1.36, abs=0.01)
