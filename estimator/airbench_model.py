@@ -115,9 +115,9 @@ def dirac_initializer(shape, dtype=tf.float32, partition_info=None):
     min(in, out) filters replaced by identities: the convolution starts by passing its input on.
 
     The identities are built in the graph (an identity matrix padded to the kernel's centre tap),
-    not stored in it: as a constant, each 3x3x256x256 kernel put 2.4 MB into the graph (9 MB as text),
-    about 50 MB in all for airbench96, written again into graph.pbtxt, the events file and every
-    checkpoint's .meta.
+    not stored in it: as constants, each 3x3x256x256 kernel put 2.4 MB into the graph (9 MB as text),
+    12.8 MB in all for airbench96's network, written again into graph.pbtxt, the events file, every
+    checkpoint's .meta and every export.
     """
     del partition_info
     size, _, fan_in_channels, filters = shape
