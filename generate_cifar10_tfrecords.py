@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Writes CIFAR-10 train/validation/eval TFRecords: see ``estimator.convert``.
+"""Writes CIFAR-10 train/validation/eval TFRecords: see ``estimator.data.convert``.
 
 python generate_cifar10_tfrecords.py --data-dir=/tmp/cifar-10-data
 python generate_cifar10_tfrecords.py --data-dir=gs://BUCKET/cifar-10-data
@@ -10,7 +10,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out
 
-from estimator.convert import main  # noqa: E402
+from estimator.data.convert import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

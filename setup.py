@@ -39,5 +39,5 @@ setup(
         # Local tuning studies; the cloud trainer does not need Optuna.
         "tune": ["optuna>=4.0"],
     },
-    entry_points={"console_scripts": ["generate-cifar10-tfrecords=estimator.convert:main"]},
+    entry_points={"console_scripts": ["generate-cifar10-tfrecords=estimator.data.convert:main"]},
 )

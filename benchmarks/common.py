@@ -20,7 +20,7 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2")
 
 def cpu() -> dict:
     """The CPU model and which of the flags that matter for bf16 it has (Linux)."""
-    from estimator.precision import cpu_info
+    from estimator.training.precision import cpu_info
 
     info = cpu_info()
     return {"model": info["model"], "flags": [f for f in BF16_FLAGS if f in info["flags"]]}

@@ -15,13 +15,14 @@ import itertools
 import numpy as np
 
 from benchmarks.common import print_machine, write_result
-from estimator import cifar10_format as fmt
-from estimator import config, ensemble
+from estimator.data import records as fmt
+from estimator.networks import ensemble
+from estimator.training import config
 
 
 def test_images(data_dir: str):
     """The test split's images and labels, in file order, as numpy arrays."""
-    from estimator.cifar10 import Cifar10DataSet
+    from estimator.data.pipeline import Cifar10DataSet
 
     images, labels = [], []
     for x, y in Cifar10DataSet(data_dir, fmt.TEST, use_distortion=False).dataset(500):
@@ -36,7 +37,7 @@ def member_logits(hp, checkpoint: str, images, batch_size: int = 500) -> list:
     """Each member's float32 logits ``[n, 10]`` for ``images``, the member restored alone into the network."""
     import tensorflow as tf
 
-    from estimator import cifar10_model
+    from estimator.networks import registry
 
     v1 = tf.compat.v1
     alone = dataclasses.replace(hp, ensemble=1)
@@ -45,7 +46,7 @@ def member_logits(hp, checkpoint: str, images, batch_size: int = 500) -> list:
         with tf.Graph().as_default():
             x = v1.placeholder(tf.float32, [None, fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH])
             with v1.variable_scope("resnet"):
-                logits = cifar10_model.build(alone, False).forward_pass(x)
+                logits = registry.build(alone, False).forward_pass(x)
             scope = "resnet/%s/" % (ensemble.MEMBER_SCOPE % member)
             saver = v1.train.Saver({scope + v.op.name[len("resnet/") :]: v for v in v1.global_variables()})
             with v1.Session() as sess:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 
-from estimator import processes
+from estimator.common import processes
 
 STEPS = 120
 CHECKPOINT_EVERY = 50

@@ -23,11 +23,11 @@ def convolution_shapes(hp, image_size: int):
     """``[(input shape, kernel shape)]`` of the network's stride-1 SAME convolutions in a training step."""
     import tensorflow as tf
 
-    from estimator import cifar10_model
+    from estimator.networks import registry
 
     with tf.Graph().as_default():
         with tf.compat.v1.variable_scope("resnet"):
-            model = cifar10_model.build(hp, True, "fp32")
+            model = registry.build(hp, True, "fp32")
             model.forward_pass(tf.zeros([hp.train_batch_size, image_size, image_size, 3]))
         shapes = []
         for op in tf.compat.v1.get_default_graph().get_operations():
@@ -41,12 +41,14 @@ def convolution_shapes(hp, image_size: int):
 def main(argv=None):
     import tensorflow as tf
 
-    from estimator import airbench_model, filter_gradient, precision
-    from estimator.hparams import HParams
+    from estimator.networks import airbench
+    from estimator.ops import filter_gradient
+    from estimator.training import precision
+    from estimator.training.hparams import HParams
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--network", choices=("airbench", "resnet"), default="airbench")
-    parser.add_argument("--group-depth", type=int, choices=airbench_model.GROUP_DEPTHS, default=3)
+    parser.add_argument("--group-depth", type=int, choices=airbench.GROUP_DEPTHS, default=3)
     parser.add_argument("--num-layers", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--image-sizes", type=int, nargs="+", default=[32, 20])

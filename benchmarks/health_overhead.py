@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 
 from benchmarks.common import print_machine, write_result
-from estimator import processes
+from estimator.common import processes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = {

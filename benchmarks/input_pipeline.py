@@ -22,9 +22,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import write_result  # noqa: E402
-from estimator import cifar10_format as fmt  # noqa: E402
-from estimator.cifar10 import Cifar10DataSet, decode  # noqa: E402
-from estimator.convert import convert  # noqa: E402
+from estimator.data import records as fmt  # noqa: E402
+from estimator.data.convert import convert  # noqa: E402
+from estimator.data.pipeline import Cifar10DataSet, decode  # noqa: E402
 
 
 def bare_pipeline(path, batch_size):

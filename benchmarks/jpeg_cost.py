@@ -23,8 +23,9 @@ import numpy as np
 
 from benchmarks.common import print_machine, stop_trainers_on_sigterm, write_result
 from benchmarks.recipes import REPO, run_recipe
-from estimator import cifar10_format as fmt
-from estimator import convert, storage
+from estimator.common import storage
+from estimator.data import convert
+from estimator.data import records as fmt
 
 SHARED = os.path.join(os.path.dirname(REPO), "shared", "data")
 

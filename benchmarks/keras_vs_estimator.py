@@ -25,11 +25,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import write_result  # noqa: E402
-from estimator import airbench_model, hooks  # noqa: E402
-from estimator.cifar10 import Cifar10DataSet  # noqa: E402
-from estimator.cifar10_model import check_depth  # noqa: E402
-from estimator.hparams import HParams  # noqa: E402
-from estimator.model_fn import model_fn  # noqa: E402
+from estimator.data.pipeline import Cifar10DataSet  # noqa: E402
+from estimator.networks import airbench  # noqa: E402
+from estimator.networks.resnet import check_depth  # noqa: E402
+from estimator.training import hooks  # noqa: E402
+from estimator.training.hparams import HParams  # noqa: E402
+from estimator.training.model_fn import model_fn  # noqa: E402
 
 
 def keras_resnet(num_layers, weight_decay, decay, epsilon):
@@ -82,7 +83,7 @@ def keras_resnet(num_layers, weight_decay, decay, epsilon):
 
 
 def keras_airbench(whitening, group_depth, weight_decay, decay, epsilon):
-    """airbench's network in Keras, layer for layer as estimator.airbench_model (GELU as Keras has it:
+    """airbench's network in Keras, layer for layer as estimator.networks.airbench (GELU as Keras has it:
     tf.nn.gelu's ops); ``whitening``: the fixed 2x2 whitening kernel, from the same training images."""
     layers, reg = tf.keras.layers, tf.keras.regularizers.l2(weight_decay / 2)
 
@@ -98,13 +99,13 @@ def keras_airbench(whitening, group_depth, weight_decay, decay, epsilon):
     inputs = tf.keras.Input([32, 32, 3])
     x = layers.Rescaling(1 / 128.0, offset=-1.0)(inputs)
     x = layers.Conv2D(
-        airbench_model.WHITEN_FILTERS,
-        airbench_model.WHITEN_SIZE,
+        airbench.WHITEN_FILTERS,
+        airbench.WHITEN_SIZE,
         kernel_initializer=tf.keras.initializers.Constant(whitening),
         trainable=False,
     )(x)
     x = gelu(x)
-    for width in airbench_model.WIDTHS:
+    for width in airbench.WIDTHS:
         x = gelu(bn(layers.MaxPooling2D(2)(conv(x, width))))
         shortcut = x
         x = gelu(bn(conv(x, width)))
@@ -112,7 +113,7 @@ def keras_airbench(whitening, group_depth, weight_decay, decay, epsilon):
             x = gelu(layers.Add()([bn(conv(x, width)), shortcut]))
     x = layers.GlobalMaxPooling2D()(x)
     x = layers.Dense(10, use_bias=False, kernel_regularizer=reg)(x)
-    outputs = layers.Rescaling(airbench_model.LOGIT_SCALE, dtype="float32")(x)  # float32 logits
+    outputs = layers.Rescaling(airbench.LOGIT_SCALE, dtype="float32")(x)  # float32 logits
     return tf.keras.Model(inputs, outputs)
 
 
@@ -146,8 +147,8 @@ def keras_rate(args, policy="float32"):
     tf.keras.mixed_precision.set_global_policy(policy)
     try:
         if _network(args).get("network") == "airbench":
-            images = Cifar10DataSet(args.data_dir, "train").first_images(airbench_model.WHITEN_IMAGES)
-            whitening = airbench_model.whitening_kernel(images).numpy()
+            images = Cifar10DataSet(args.data_dir, "train").first_images(airbench.WHITEN_IMAGES)
+            whitening = airbench.whitening_kernel(images).numpy()
             model = keras_airbench(whitening, args.group_depth, 2e-4, args.batch_norm_decay, 1e-5)
         else:
             model = keras_resnet(args.num_layers, 2e-4, args.batch_norm_decay, 1e-5)

@@ -19,8 +19,9 @@ import tempfile
 import time
 
 from benchmarks.common import print_machine, stop_trainers_on_sigterm, write_result
-from estimator import cifar10_model, processes
-from estimator.hparams import HParams
+from estimator.common import processes
+from estimator.networks import registry
+from estimator.training.hparams import HParams
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,7 +53,7 @@ def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
         "extra_flags": list(extra),
         "wall_seconds": round(wall, 1),
         "precision": hparams["precision"],
-        "network": cifar10_model.describe(HParams.from_dict(hparams)),
+        "network": registry.describe(HParams.from_dict(hparams)),
         # A ResNet's depth; other networks have their own fixed layers.
         "num_layers": hparams["num_layers"] if hparams.get("network", "resnet") == "resnet" else None,
         **results,

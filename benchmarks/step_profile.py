@@ -65,11 +65,11 @@ def profile(
     import numpy as np
     import tensorflow as tf
 
-    from estimator import cifar10_format as fmt
-    from estimator import cifar10_model
-    from estimator import precision as precision_lib
-    from estimator.hparams import HParams
-    from estimator.model_fn import model_fn
+    from estimator.data import records as fmt
+    from estimator.networks import registry
+    from estimator.training import precision as precision_lib
+    from estimator.training.hparams import HParams
+    from estimator.training.model_fn import model_fn
 
     v1 = tf.compat.v1
     fields = dict(
@@ -115,7 +115,7 @@ def profile(
                         by_node["%s %s" % (op_type, node.node_name)] += micros
     total = sum(by_type.values())
     return {
-        "network": cifar10_model.describe(hp),
+        "network": registry.describe(hp),
         "image_size": image_size,
         "images_per_sec": round(batch_size / wall, 1),
         "step_ms": round(1000 * wall, 2),
@@ -146,16 +146,15 @@ def size_speedups(result: dict, precisions, sizes) -> dict:
 
 
 def main(argv=None):
-    from estimator import airbench_model, cifar10_model, schedules
-    from estimator import cifar10_format as fmt
+    from estimator.data import records as fmt
+    from estimator.networks import airbench, registry
+    from estimator.training import schedules
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--network", choices=cifar10_model.NETWORKS, default="resnet")
+    parser.add_argument("--network", choices=registry.NETWORKS, default="resnet")
     parser.add_argument("--num-layers", type=int, default=20, help="ResNets only.")
-    parser.add_argument("--activation", choices=cifar10_model.ACTIVATIONS, help="airbench only; default gelu.")
-    parser.add_argument(
-        "--group-depth", type=int, choices=airbench_model.GROUP_DEPTHS, default=2, help="airbench only."
-    )
+    parser.add_argument("--activation", choices=registry.ACTIVATIONS, help="airbench only; default gelu.")
+    parser.add_argument("--group-depth", type=int, choices=airbench.GROUP_DEPTHS, default=2, help="airbench only.")
     parser.add_argument(
         "--data-dir", help="airbench only: TFRecords whose first training images its whitening layer is computed from."
     )

@@ -33,9 +33,9 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks import keras_vs_estimator as kv  # noqa: E402
 from benchmarks.input_pipeline import images_per_second  # noqa: E402
-from estimator.airbench_model import GROUP_DEPTHS, AirbenchCifar10  # noqa: E402
-from estimator.cifar10 import Cifar10DataSet  # noqa: E402
-from estimator.cifar10_model import ResNetCifar10  # noqa: E402
+from estimator.data.pipeline import Cifar10DataSet  # noqa: E402
+from estimator.networks.airbench import GROUP_DEPTHS, AirbenchCifar10  # noqa: E402
+from estimator.networks.resnet import ResNetCifar10  # noqa: E402
 
 v1 = tf.compat.v1
 

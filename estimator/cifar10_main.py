@@ -1,23 +1,24 @@
 """Command line: ``python -m estimator.cifar10_main --data-dir DIR --job-dir DIR [flags]``.
 
 Resolves the flags and the environment into one ``HParams``
-(``estimator.config``) and hands over to ``estimator.train.run``.
+(``estimator.training.config``) and hands over to ``estimator.train.run``.
 ``python -m estimator.cifar10_main @FILE`` reads flags from a file.
 """
 
 import os
 import sys
 
-from estimator import logs
+from estimator.common import logs
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep C++ info lines out of the log
 logs.quiet_imports()
 
 import tensorflow as tf  # noqa: E402
 
-from estimator import cluster as cluster_lib  # noqa: E402
-from estimator import config, health, resilience, train  # noqa: E402
+from estimator import health, resilience, train  # noqa: E402
+from estimator.common import cluster as cluster_lib  # noqa: E402
 from estimator.health import nonfinite  # noqa: E402
+from estimator.training import config  # noqa: E402
 
 # Exit codes (docs/faults.md): 0 done; 1 an error; 2 bad flags, data or job dir;
 # 3 a NaN or infinite loss or gradient; 4 a health rule under --health-checks stop;
@@ -28,7 +29,7 @@ EXIT_BUSY = 75
 
 
 def parse(argv=None):
-    """The run's ``HParams`` (``estimator.config.resolve``); exits with status 2 and a message on bad input."""
+    """The run's ``HParams`` (``estimator.training.config.resolve``); exits with status 2 and a message on bad input."""
     return config.parse(argv)[0]
 
 

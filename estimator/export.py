@@ -12,8 +12,9 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from estimator import cifar10_model, config  # noqa: E402
+from estimator.networks import registry  # noqa: E402
 from estimator.serving import signatures  # noqa: E402
+from estimator.training import config  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -29,7 +30,7 @@ def main(argv=None) -> int:
     except (FileNotFoundError, FileExistsError, signatures.CheckpointMismatchError) as e:
         print("error: %s" % e, file=sys.stderr)
         return 1
-    print("Exported %s (%s) to %s" % (checkpoint, cifar10_model.describe(hp), path))
+    print("Exported %s (%s) to %s" % (checkpoint, registry.describe(hp), path))
     return 0
 
 

@@ -32,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from estimator import cifar10_format as fmt  # noqa: E402
+from estimator.data import records as fmt  # noqa: E402
 from estimator.serving.predictor import (  # noqa: E402
     InputError,
     confusion_matrix,

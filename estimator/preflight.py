@@ -12,13 +12,15 @@ import json
 import os
 import sys
 
-from estimator import logs
+from estimator.common import logs
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 logs.quiet_imports()
 
-from estimator import cifar10_model, config, storage  # noqa: E402
-from estimator import hparams as hparams_lib  # noqa: E402
+from estimator.common import storage  # noqa: E402
+from estimator.networks import registry  # noqa: E402
+from estimator.training import config  # noqa: E402
+from estimator.training import hparams as hparams_lib  # noqa: E402
 
 
 def parse(argv=None):
@@ -49,10 +51,7 @@ def main(argv=None) -> int:
     hp, output = parse(argv)
     from estimator.health import before_run
 
-    print(
-        "Pre-flight checks of %s (%s, %s) on %s"
-        % (cifar10_model.describe(hp), hp.precision, hp.data_format, hp.data_dir)
-    )
+    print("Pre-flight checks of %s (%s, %s) on %s" % (registry.describe(hp), hp.precision, hp.data_format, hp.data_dir))
     print("%-32s %-6s  %s" % ("check", "result", "detail"))
     checks = before_run.run_checks(hp, output, log=print)
     failed = [c.name for c in checks if not c.passed]

@@ -16,14 +16,18 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 import estimator
-from estimator import cifar10_format as fmt
-from estimator import cifar10_model, config, health, hooks, logs, precision, storage, summaries, time_budget
-from estimator import cluster as cluster_lib
-from estimator import hparams as hparams_lib
-from estimator.cifar10 import Cifar10DataSet
+from estimator import health
+from estimator.common import cluster as cluster_lib
+from estimator.common import logs, storage
+from estimator.data import records as fmt
+from estimator.data.pipeline import Cifar10DataSet
 from estimator.health import nonfinite
-from estimator.model_fn import model_fn
+from estimator.networks import registry
+from estimator.reporting import summaries
 from estimator.serving import exporters
+from estimator.training import config, hooks, precision, time_budget
+from estimator.training import hparams as hparams_lib
+from estimator.training.model_fn import model_fn
 
 v1 = tf.compat.v1
 
@@ -342,7 +346,7 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
     logs.info(
         "%s, %s%s, %s of %d images, %s schedule (peak learning rate %.4g), %d tower(s) on "
         "%s, %d images per tower per step; all hyperparameters in %s",
-        cifar10_model.describe(hp),
+        registry.describe(hp),
         hp.precision,
         probe,
         length,

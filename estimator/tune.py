@@ -20,13 +20,13 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from estimator import processes  # noqa: E402
+from estimator.common import processes  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402
 
 
 def check_trainer_flags(trainer_flags, job_dir: str):
     """The trainer's own parsing and checks (data present, flags valid); returns (hparams, option strings)."""
-    from estimator import config, hparams
+    from estimator.training import config, hparams
 
     if any(f == "--job-dir" or f.startswith("--job-dir=") for f in trainer_flags):
         raise spec_lib.SpecError("--job-dir goes before --: the study gives each trial its own directory.")

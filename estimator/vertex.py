@@ -18,9 +18,10 @@ import sys
 
 import yaml
 
-from estimator import processes, time_budget, vertex_job
+from estimator.cloud import vertex_job, vertex_study
+from estimator.common import processes
+from estimator.training import time_budget
 from estimator.tuning import spec as spec_lib
-from estimator.tuning import vertex_study
 
 
 def main(argv=None) -> int:
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
                 args.output,
             )
         else:
-            from estimator import hparams
+            from estimator.training import hparams
 
             study_spec = spec_lib.study_spec(training_input, hparams.flag_names())
             machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}

@@ -13,8 +13,8 @@ import tarfile
 
 import numpy as np
 
-from estimator import cifar10_format as fmt
-from estimator.convert import _numpy_attr
+from estimator.data import records as fmt
+from estimator.data.convert import _numpy_attr
 
 BATCH_NAMES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch")
 

@@ -31,7 +31,7 @@ def mini_archive():
 @pytest.fixture(scope="session")
 def mini_records(tmp_path_factory, mini_archive):
     """TFRecords of the shared real-pixel archive (4,068 / 1,017 / 1,017 images)."""
-    from estimator.convert import convert
+    from estimator.data.convert import convert
 
     data_dir = str(tmp_path_factory.mktemp("mini-records"))
     convert(data_dir, source=mini_archive, sha256=MINI_SHA256, progress=False, log=lambda *_: None)
@@ -70,7 +70,7 @@ def gcs_emulator():
 @pytest.fixture
 def gcs(gcs_emulator, monkeypatch):
     """The emulator as the package's Cloud Storage, with a fresh bucket; yields gs://bucket."""
-    from estimator import storage
+    from estimator.common import storage
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator)
     storage._client_cache.clear()

@@ -36,7 +36,7 @@ def free_port():
 
 def hp(**kw):
     """A small CPU ResNet-8 ``HParams`` (batches of 6 split evenly over 1, 2 or 3 towers)."""
-    from estimator.hparams import HParams
+    from estimator.training.hparams import HParams
 
     base = dict(
         data_dir="unused",

@@ -9,9 +9,10 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-from estimator import airbench_model, cifar10_model
-from estimator.cifar10 import Cifar10DataSet
-from estimator.model_fn import model_fn
+from estimator.data.pipeline import Cifar10DataSet
+from estimator.networks import airbench, registry
+from estimator.ops import gelu
+from estimator.training.model_fn import model_fn
 from tests.helpers import SMALL_AIRBENCH, hp, predict_records, run_job
 
 v1 = tf.compat.v1
@@ -29,7 +30,7 @@ def _patches(images):
 def test_whitening_kernel_decorrelates_the_patches_it_was_computed_from(mini_records, eps):
     with tf.Graph().as_default(), v1.Session() as sess:
         images = Cifar10DataSet(mini_records, "train").first_images(300)
-        kernel = airbench_model.whitening_kernel(images, *([eps] if eps else []))
+        kernel = airbench.whitening_kernel(images, *([eps] if eps else []))
         images, kernel = sess.run([images, kernel])
     assert images.shape == (300, 32, 32, 3) and kernel.shape == (2, 2, 3, 24)
     # The second 12 filters are the first 12 negated (airbench: both signs pass the GELU).
@@ -79,7 +80,7 @@ def test_first_images_are_the_files_first_records_and_refuse_zero(mini_records):
 def test_dirac_convolution_starts_by_passing_its_input_on():
     x = np.random.RandomState(0).normal(size=(2, 8, 8, 4)).astype(np.float32)
     with tf.Graph().as_default(), v1.Session() as sess:
-        kernel = airbench_model.dirac_initializer([3, 3, 4, 6])
+        kernel = airbench.dirac_initializer([3, 3, 4, 6])
         y = sess.run(tf.nn.conv2d(x, kernel, 1, "SAME"))
         k = sess.run(kernel)
     np.testing.assert_allclose(y[..., :4], x, atol=1e-6)  # identity filters
@@ -94,7 +95,7 @@ def test_dirac_filters_are_exact_identities_at_the_centre_tap(shape):
     for i in range(n):
         expected[size // 2, size // 2, i, i] = 1.0
     with tf.Graph().as_default(), v1.Session() as sess:
-        k = sess.run(airbench_model.dirac_initializer(shape))
+        k = sess.run(airbench.dirac_initializer(shape))
     np.testing.assert_array_equal(k[..., :n], expected)
     assert k.shape == tuple(shape) and (k[..., n:] != 0).all()  # the rest: random, no exact zeros
 
@@ -103,7 +104,7 @@ def test_the_training_graph_stores_no_initial_values():
     """The dirac kernels' identities are built by ops, not kept as constants: airbench96's graph
     was 12.8 MB with them (written to graph.pbtxt, the events file, every checkpoint's .meta and export)."""
     with tf.Graph().as_default() as graph:
-        model = cifar10_model.build(hp(network="airbench", group_depth=3), True)
+        model = registry.build(hp(network="airbench", group_depth=3), True)
         model.forward_pass(tf.zeros([2, 32, 32, 3]))
         size = graph.as_graph_def().ByteSize()
     assert size < 200_000, size
@@ -115,7 +116,7 @@ def test_network_shape_and_parameter_count():
     trainable = 24 + 9 * (24 * 64 + 64 * 64 + 64 * 256 + 3 * 256 * 256) + 2 * (64 + 256 + 256) + 2560
     assert trainable == 1971352
     with tf.Graph().as_default():
-        model = cifar10_model.build(hp(network="airbench"), True)
+        model = registry.build(hp(network="airbench"), True)
         logits = model.forward_pass(tf.zeros([2, 32, 32, 3]))
         assert logits.shape == (2, 10) and logits.dtype == tf.float32
         assert sum(v.shape.num_elements() for v in v1.trainable_variables()) == trainable
@@ -124,8 +125,8 @@ def test_network_shape_and_parameter_count():
             ("whiten/kernel", [2, 2, 3, 24])
         ]
         assert not [v for v in v1.global_variables() if "gamma" in v.op.name]  # batch norm without scale
-    assert cifar10_model.describe(hp(network="airbench", width_multiplier=0.5)) == "airbench network x0.5 wide"
-    assert cifar10_model.describe(hp(num_layers=14, width_multiplier=2)) == "ResNet-14 v1 x2 wide"
+    assert registry.describe(hp(network="airbench", width_multiplier=0.5)) == "airbench network x0.5 wide"
+    assert registry.describe(hp(num_layers=14, width_multiplier=2)) == "ResNet-14 v1 x2 wide"
 
 
 def test_group_depth_3_adds_airbench96s_third_convolution_inside_a_residual(tmp_path):
@@ -136,11 +137,11 @@ def test_group_depth_3_adds_airbench96s_third_convolution_inside_a_residual(tmp_
     # Each group gains a 3x3 convolution of its width and a batch-norm shift: 1.36x the MACs per image.
     trainable = 1971352 + 9 * (64 * 64 + 256 * 256 + 256 * 256) + (64 + 256 + 256)
     with tf.Graph().as_default():
-        model = cifar10_model.build(hp(network="airbench", group_depth=3), True)
+        model = registry.build(hp(network="airbench", group_depth=3), True)
         assert model.forward_pass(tf.zeros([2, 32, 32, 3])).shape == (2, 10)
         assert sum(v.shape.num_elements() for v in v1.trainable_variables()) == trainable == 3188440
     with tf.Graph().as_default():
-        model = cifar10_model.build(hp(network="airbench", group_depth=3, width_multiplier=0.25), True)
+        model = registry.build(hp(network="airbench", group_depth=3, width_multiplier=0.25), True)
         model.forward_pass(tf.random.uniform([2, 32, 32, 3], 0, 255, seed=3))
         acts = model.relu_outputs  # the whitening's, then per group: bn1's, bn2's, the residual's
         assert len(acts) == 10
@@ -162,7 +163,7 @@ def test_group_depth_3_adds_airbench96s_third_convolution_inside_a_residual(tmp_
             np.testing.assert_allclose(y, z * 0.5 * (1 + np.vectorize(erf)(z / np.sqrt(2))), atol=1e-5)
             assert np.abs(shortcut).max() > 0.1 and np.abs(bn3).max() > 0.1  # both terms count
     assert (
-        cifar10_model.describe(hp(network="airbench", group_depth=3, activation="relu"))
+        registry.describe(hp(network="airbench", group_depth=3, activation="relu"))
         == "airbench network, 3 convolutions per group, relu"
     )
     # A job dir of the other depth holds other variables: refused on restart (an older job's
@@ -196,7 +197,7 @@ def test_both_data_formats_compute_the_same_function():
 
     def logits(data_format, values=None):
         with tf.Graph().as_default():
-            model = cifar10_model.build(hp(network="airbench", data_format=data_format, width_multiplier=0.25), False)
+            model = registry.build(hp(network="airbench", data_format=data_format, width_multiplier=0.25), False)
             out = model.forward_pass(tf.constant(images))
             with v1.Session() as sess:
                 sess.run(v1.global_variables_initializer())
@@ -221,7 +222,7 @@ def test_activation_is_the_one_named_after_every_batch_norm(activation, training
 
     with tf.Graph().as_default():
         params = hp(network="airbench", width_multiplier=0.25, activation=activation)
-        model = cifar10_model.build(params, training, serving=serving)
+        model = registry.build(params, training, serving=serving)
         model.forward_pass(tf.random.uniform([2, 32, 32, 3], 0, 255, seed=3))
         assert len(model.relu_outputs) == 7  # after the whitening and each of the six batch norms
         # Relu(x); GELU is fused_gelu, IdentityN(PartitionedCall(x), x) (XLA compiles the call), but in
@@ -258,7 +259,7 @@ def test_fused_gelu_has_the_values_and_gradient_of_exact_gelu(dtype):
     dy0 = np.random.RandomState(1).uniform(0.5, 2, x0.shape).astype(np.float32)
     with tf.Graph().as_default():
         x, dy = tf.cast(x0, dtype), tf.cast(dy0, dtype)
-        y, plain = airbench_model.fused_gelu(x), tf.nn.gelu(x)
+        y, plain = gelu.fused_gelu(x), tf.nn.gelu(x)
         (grad,) = tf.gradients(y, x, dy)
         assert y.dtype == grad.dtype == dtype
         with v1.Session() as sess:
@@ -285,7 +286,7 @@ def test_model_fn_initialises_the_whitening_from_the_training_records(mini_recor
         v1.train.create_global_step()
         images = tf.random.uniform([6, 32, 32, 3], 0, 255, seed=1)
         spec = model_fn(images, tf.constant([3, 1, 4, 1, 5, 9]), tf.estimator.ModeKeys.TRAIN, params)
-        expected = airbench_model.whitening_kernel(Cifar10DataSet(mini_records, "train").first_images(5000), eps)
+        expected = airbench.whitening_kernel(Cifar10DataSet(mini_records, "train").first_images(5000), eps)
         (kernel,) = [v for v in v1.global_variables() if v.op.name == "resnet/whiten/kernel"]
         with v1.Session(config=v1.ConfigProto(device_count={"CPU": towers})) as sess:
             sess.run(v1.global_variables_initializer())
@@ -326,7 +327,7 @@ def test_activation_resolves_to_the_networks_own_and_gelu_is_refused_for_resnets
         "--network airbench --activation relu": "relu",
         "--activation relu": "relu",
     }
-    assert cifar10_model.describe(hp(network="airbench", activation="relu")) == "airbench network, relu"
+    assert registry.describe(hp(network="airbench", activation="relu")) == "airbench network, relu"
     with pytest.raises(SystemExit) as e:
         cifar10_main.parse(argv + ["--activation", "gelu"])
     err = capsys.readouterr().err
@@ -367,7 +368,7 @@ def test_an_airbench_job_trains_exports_predicts_and_refuses_a_resnet_restart(mi
 
 
 def test_bias_gradients_scale_their_data_part_and_keep_their_decay():
-    from estimator.model_fn import scale_bias_gradients
+    from estimator.training.model_fn import scale_bias_gradients
 
     with tf.Graph().as_default():
         beta = v1.get_variable("bn/beta", initializer=[2.0, -1.0])

@@ -10,9 +10,9 @@ import time
 import pytest
 import tensorflow as tf
 
-from estimator import cluster as cluster_lib
-from estimator.cluster import tf_config
-from estimator.local_cluster import ClusterError, LocalCluster, free_ports
+from estimator.cloud.local_cluster import ClusterError, LocalCluster, free_ports
+from estimator.common import cluster as cluster_lib
+from estimator.common.cluster import tf_config
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow

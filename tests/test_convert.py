@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import cifar10_format as fmt
-from estimator.convert import ConversionError, convert, load_batch, read_archive
+from estimator.data import records as fmt
+from estimator.data.convert import ConversionError, convert, load_batch, read_archive
 from tests import cifar_archives as ca
 from tests.helpers import REPO
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from estimator import download
-from estimator.convert import ConversionError, convert
+from estimator.data import download
+from estimator.data.convert import ConversionError, convert
 from tests import cifar_archives as ca
 
 

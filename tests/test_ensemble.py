@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import cifar10_model, ensemble
-from estimator.model_fn import tower_fn
+from estimator.networks import ensemble, registry
+from estimator.training.model_fn import tower_fn
 from tests.helpers import SMALL_AIRBENCH, hp, predict_records, run_job
 
 v1 = tf.compat.v1
@@ -24,7 +24,7 @@ def _single_network(params, values, images, labels, weight_decay, smoothing):
     """One network (no ensemble) with ``values`` loaded: its logits and its loss's gradients by variable name."""
     with tf.Graph().as_default(), v1.Session() as sess:
         with v1.variable_scope("resnet"):
-            model = cifar10_model.build(params, True)
+            model = registry.build(params, True)
             out = tower_fn(model, tf.constant(images), tf.constant(labels), weight_decay, label_smoothing=smoothing)
         sess.run(v1.global_variables_initializer())
         for var in v1.global_variables():
@@ -41,7 +41,7 @@ def test_each_member_is_the_single_network_and_learns_from_its_own_loss(network)
     with tf.Graph().as_default(), v1.Session() as sess:
         v1.set_random_seed(1)
         with v1.variable_scope("resnet"):
-            model = cifar10_model.build(hp(ensemble=2, **network), True)
+            model = registry.build(hp(ensemble=2, **network), True)
             assert isinstance(model, ensemble.Ensemble) and len(model.members) == 2
             out = tower_fn(model, tf.constant(images), tf.constant(labels), 2e-3, label_smoothing=0.2)
         sess.run(v1.global_variables_initializer())
@@ -73,11 +73,11 @@ def test_ensemble_flag_is_recorded_described_and_refused_below_one(mini_records,
     argv = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0"]
     assert cifar10_main.parse(argv).ensemble == 1
     assert cifar10_main.parse(argv + ["--network", "airbench", "--ensemble", "3"]).ensemble == 3
-    assert cifar10_model.describe(hp(ensemble=2, **AIRBENCH)) == "ensemble of 2 airbench networks x0.25 wide"
-    assert cifar10_model.describe(hp(ensemble=3, num_layers=14)) == "ensemble of 3 ResNet-14 v1"
-    assert cifar10_model.describe(hp(num_layers=14)) == "ResNet-14 v1"
+    assert registry.describe(hp(ensemble=2, **AIRBENCH)) == "ensemble of 2 airbench networks x0.25 wide"
+    assert registry.describe(hp(ensemble=3, num_layers=14)) == "ensemble of 3 ResNet-14 v1"
+    assert registry.describe(hp(num_layers=14)) == "ResNet-14 v1"
     with tf.Graph().as_default():
-        assert not isinstance(cifar10_model.build(hp(), False), ensemble.Ensemble)  # 1: the network as before
+        assert not isinstance(registry.build(hp(), False), ensemble.Ensemble)  # 1: the network as before
     for value, message in [
         ("0", "--ensemble 0 must be at least 1 (1: one network; 2 or more: an ensemble)"),
         ("-2", "--ensemble -2 must be at least 1"),
@@ -119,7 +119,7 @@ def test_an_ensemble_job_trains_exports_predicts_and_refuses_a_single_network_re
 
 def test_ensemble_members_refuses_a_single_network_job(tmp_path):
     from benchmarks import ensemble_members
-    from estimator import config
+    from estimator.training import config
 
     config.save(hp(job_dir=str(tmp_path)))
     with pytest.raises(SystemExit, match="trained one network \\(--ensemble 1\\): nothing to compare"):

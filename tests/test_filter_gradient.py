@@ -7,8 +7,9 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import filter_gradient_speed
-from estimator import cifar10_model, precision
-from estimator import filter_gradient as fg
+from estimator.networks import registry
+from estimator.ops import filter_gradient as fg
+from estimator.training import precision
 from tests.helpers import hp
 
 v1 = tf.compat.v1
@@ -176,7 +177,7 @@ def test_timing_runs_both_gradients():
 def _filter_gradient_ops(params, training=True):
     with tf.Graph().as_default():
         with v1.variable_scope("resnet"):
-            model = cifar10_model.build(params, training)
+            model = registry.build(params, training)
             logits = model.forward_pass(tf.random.uniform([2, 32, 32, 3], 0, 255, seed=1))
         kernels = [v for v in v1.trainable_variables() if v.op.name.endswith("kernel") and v.shape.ndims == 4]
         grads = tf.gradients(tf.reduce_sum(logits), kernels)
@@ -266,7 +267,7 @@ def test_a_progressively_resized_network_times_every_small_square_map_once(tmp_p
     params = hp(network="airbench", width_multiplier=0.5, precision="bf16")
     with tf.Graph().as_default():
         with v1.variable_scope("resnet"):
-            model = cifar10_model.build(params, True)
+            model = registry.build(params, True)
             side = v1.placeholder_with_default(20, [])
             images = tf.image.resize(tf.random.uniform([2, 32, 32, 3], 0, 255), tf.stack([side, side]))
             assert images.shape.as_list() == [2, None, None, 3]

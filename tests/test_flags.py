@@ -6,9 +6,10 @@ import re
 
 import pytest
 
-from estimator import cifar10_main, config
-from estimator import cluster as cluster_lib
-from estimator import hparams as hparams_lib
+from estimator import cifar10_main
+from estimator.common import cluster as cluster_lib
+from estimator.training import config
+from estimator.training import hparams as hparams_lib
 
 
 def parse_ok(mini_records, tmp_path, *flags, monkeypatch=None):

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import logs, pictures, processes, summaries
-from estimator.cifar10_format import CLASS_NAMES
-from estimator.convert import convert, read_archive
+from estimator.common import logs, processes
+from estimator.data.convert import convert, read_archive
+from estimator.data.records import CLASS_NAMES
 from estimator.health import monitor as monitor_lib
 from estimator.health import probes, rules
-from estimator.model_fn import model_fn
+from estimator.reporting import pictures, summaries
+from estimator.training.model_fn import model_fn
 from tests import cifar_archives as ca
 from tests import helpers
 from tests.helpers import REPO, events, run_job, run_joined, tensorboard

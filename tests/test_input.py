@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import cifar10_format as fmt
-from estimator.cifar10 import CUTOUT_FILL, Cifar10DataSet, MissingDataError, distort
-from estimator.convert import convert
+from estimator.data import records as fmt
+from estimator.data.convert import convert
+from estimator.data.pipeline import CUTOUT_FILL, Cifar10DataSet, MissingDataError, distort
 from tests import cifar_archives as ca
 
 

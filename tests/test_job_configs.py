@@ -5,9 +5,9 @@ import os
 import pytest
 import yaml
 
-from estimator import cluster as cluster_lib
-from estimator import hparams as hparams_lib
-from estimator.hooks import EvalReporter
+from estimator.common import cluster as cluster_lib
+from estimator.training import hparams as hparams_lib
+from estimator.training.hooks import EvalReporter
 from tests.helpers import REPO, check
 
 

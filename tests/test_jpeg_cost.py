@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from benchmarks import jpeg_cost
-from estimator import convert, storage
+from estimator.common import storage
+from estimator.data import convert
 from tests.cifar_archives import make_archive
 
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator.cifar10 import Cifar10DataSet
-from estimator.cifar10_format import CLASS_NAMES
-from estimator.cifar10_model import ResNetCifar10, check_depth
-from estimator.model_fn import average_gradients, model_fn, split_batch, tower_fn
+from estimator.data.pipeline import Cifar10DataSet
+from estimator.data.records import CLASS_NAMES
+from estimator.networks.resnet import ResNetCifar10, check_depth
+from estimator.training.model_fn import average_gradients, model_fn, split_batch, tower_fn
 from tests.helpers import hp
 
 v1 = tf.compat.v1
@@ -244,7 +244,7 @@ def test_learning_rate_decays_in_the_graph():
 def test_average_pool_is_exact_on_computed_inputs(data_format, precision):
     # TF 2.15's oneDNN AvgPool returned wrong values about one graph in three
     # on inputs computed in the same graph; several fresh graphs expose that.
-    from estimator.model_base import COMPUTE_DTYPES, ResNet
+    from estimator.networks.layers import COMPUTE_DTYPES, ResNet
 
     dtype = COMPUTE_DTYPES[precision]
     x = np.random.RandomState(0).randn(4, 16, 16, 8).astype(np.float32)

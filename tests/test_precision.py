@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 from estimator import train
-from estimator.cifar10_model import ResNetCifar10
-from estimator.model_fn import model_fn
+from estimator.networks.resnet import ResNetCifar10
+from estimator.training.model_fn import model_fn
 from tests.helpers import hp
 
 v1 = tf.compat.v1

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from benchmarks import faults
-from estimator import processes
+from estimator.common import processes
 from estimator.resilience import jobdir
 from tests.helpers import AIPLATFORM_SCHEMAS, MINI_SHA256, REPO, check, run_job, run_joined
 
@@ -144,7 +144,7 @@ def test_a_lock_on_another_host_is_stale_only_without_heartbeat(tmp_path):
 
 
 def test_the_lock_on_gcs_holds_and_is_released(gcs):
-    from estimator import storage
+    from estimator.common import storage
 
     job = gcs + "/jobs/a"
     with jobdir.JobDirLock(job):

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import cifar10_main, schedules
+from estimator import cifar10_main
+from estimator.training import schedules
 
 
 def rates(steps, **kw):

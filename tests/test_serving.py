@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import config
-from estimator.cifar10 import Cifar10DataSet
-from estimator.hparams import HParams
-from estimator.model_fn import model_fn
+from estimator.data.pipeline import Cifar10DataSet
+from estimator.training import config
+from estimator.training.hparams import HParams
+from estimator.training.model_fn import model_fn
 from tests.helpers import REPO, events, predict_records, run_job, run_module
 
 pytestmark = pytest.mark.slow

@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import cifar10_format as fmt
-from estimator import cifar10_main, cifar10_model, schedules
-from estimator.cifar10 import Cifar10DataSet
-from estimator.cifar10_model import ResNetCifar10
-from estimator.model_fn import IMAGE_SIZE, LOOKAHEAD_MAX_PULL, apply_lookahead, model_fn, resized_for_training
+from estimator import cifar10_main
+from estimator.data import records as fmt
+from estimator.data.pipeline import Cifar10DataSet
+from estimator.networks import registry
+from estimator.networks.resnet import ResNetCifar10
 from estimator.serving import signatures
+from estimator.training import schedules
+from estimator.training.model_fn import IMAGE_SIZE, LOOKAHEAD_MAX_PULL, apply_lookahead, model_fn, resized_for_training
 from tests.helpers import SMALL_AIRBENCH, events, hp, run_job
 
 v1 = tf.compat.v1
@@ -227,7 +229,7 @@ def test_zero_init_residual_starts_each_unit_as_its_shortcut():
 def test_the_networks_take_images_of_any_size_from_16_pixels(network):
     with tf.Graph().as_default():
         x = v1.placeholder(tf.float32, [None, None, None, 3])
-        logits = cifar10_model.build(hp(network=network), True).forward_pass(x)
+        logits = registry.build(hp(network=network), True).forward_pass(x)
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
             for side in (16, 20, 24, 28, 32):

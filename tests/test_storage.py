@@ -6,9 +6,9 @@ import os
 import pytest
 import tensorflow as tf
 
-from estimator import cifar10_format as fmt
-from estimator import storage
-from estimator.convert import ConversionError, convert
+from estimator.common import storage
+from estimator.data import records as fmt
+from estimator.data.convert import ConversionError, convert
 from tests import cifar_archives as ca
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator import schedules, time_budget
-from estimator.time_budget import BudgetState, Plan, Planner
+from estimator.training import schedules, time_budget
+from estimator.training.time_budget import BudgetState, Plan, Planner
 from tests.helpers import run_job, run_main
 
 v1 = tf.compat.v1
@@ -191,7 +191,7 @@ def test_evaluation_images_are_reserved_at_the_measured_speed():
 
 
 def test_evaluation_speed_is_timed_on_the_real_network_and_cached(tmp_path):
-    from estimator import precision
+    from estimator.training import precision
     from tests.helpers import hp
 
     cpu = {"model": "this CPU", "flags": set()}
@@ -307,7 +307,7 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
 
 @pytest.mark.slow
 def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
-    from estimator import precision
+    from estimator.training import precision
 
     job = str(tmp_path / "job")
     flags = "--num-gpus 0 --num-layers 8 --train-steps 2 --precision auto --eval-policy final --export false"
@@ -323,7 +323,7 @@ def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
 
 
 def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
-    from estimator import precision
+    from estimator.training import precision
     from tests.helpers import hp
 
     def no_timing(*_):
@@ -335,7 +335,7 @@ def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
 
 
 def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
-    from estimator import precision
+    from estimator.training import precision
     from tests.helpers import hp
 
     amx = {"model": "a CPU with AMX", "flags": {"amx_bf16", "avx512_bf16"}}
@@ -364,7 +364,7 @@ def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
 
 
 def test_the_networks_code_digest_follows_every_byte_of_it(tmp_path):
-    from estimator import precision
+    from estimator.training import precision
 
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     a.write_text("x = 1\n")
@@ -374,9 +374,10 @@ def test_the_networks_code_digest_follows_every_byte_of_it(tmp_path):
     b.write_text("y = 3\n")
     assert precision.network_code_digest([str(a), str(b)]) != digest
     # By default: the modules that build the networks the probes time.
-    from estimator import airbench_model, cifar10_model, ensemble, filter_gradient, model_base
+    from estimator.networks import airbench, ensemble, layers, registry, resnet
+    from estimator.ops import filter_gradient, gelu
 
-    modules = [m.__file__ for m in (airbench_model, cifar10_model, ensemble, filter_gradient, model_base)]
+    modules = [m.__file__ for m in (airbench, registry, resnet, ensemble, filter_gradient, layers, gelu)]
     assert precision.network_code_digest() == precision.network_code_digest(modules)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator.convert import convert, read_archive
+from estimator.data.convert import convert, read_archive
 from tests import cifar_archives as ca
 from tests.helpers import events, run_job, run_main
 

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from benchmarks import keras_vs_estimator as kv
 from benchmarks import training_speed
-from estimator import airbench_model
+from estimator.networks import airbench
 
 v1 = tf.compat.v1
 
@@ -18,7 +18,7 @@ def _ours_airbench(group_depth, images):
     included) set to random values; returns (logits, the variables' values in creation order)."""
     rng = np.random.RandomState(1)
     with tf.Graph().as_default():
-        model = airbench_model.AirbenchCifar10(False, 0.6, 1e-5, group_depth=group_depth)
+        model = airbench.AirbenchCifar10(False, 0.6, 1e-5, group_depth=group_depth)
         logits = model.forward_pass(tf.constant(images))
         variables = v1.global_variables()
         with v1.Session() as sess:
@@ -31,7 +31,7 @@ def _ours_airbench(group_depth, images):
             return sess.run(logits), sess.run(variables), [v.name for v in variables]
 
 
-@pytest.mark.parametrize("group_depth", airbench_model.GROUP_DEPTHS)
+@pytest.mark.parametrize("group_depth", airbench.GROUP_DEPTHS)
 def test_keras_airbench_is_our_network_layer_for_layer(group_depth):
     images = np.random.RandomState(0).uniform(0, 255, [3, 32, 32, 3]).astype(np.float32)
     logits, values, names = _ours_airbench(group_depth, images)

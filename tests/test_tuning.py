@@ -8,8 +8,10 @@ import urllib.request
 
 import pytest
 
-from estimator import cifar10_main, config, processes, storage
-from estimator.convert import convert
+from estimator import cifar10_main
+from estimator.common import processes, storage
+from estimator.data.convert import convert
+from estimator.training import config
 from tests import cifar_archives as ca
 from tests.helpers import REPO, events, free_port, tensorboard
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from estimator import vertex as vertex_cli
-from estimator import vertex_job
+from estimator.cloud import vertex_job
 from estimator.tuning import spec as spec_lib
 from tests.helpers import AIPLATFORM_SCHEMAS, REPO, check
 

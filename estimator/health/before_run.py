@@ -27,10 +27,12 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from estimator import cifar10_format as fmt
-from estimator import cifar10_model, pictures, storage
-from estimator.cifar10 import Cifar10DataSet, pipeline_options
+from estimator.common import storage
+from estimator.data import records as fmt
+from estimator.data.pipeline import Cifar10DataSet, pipeline_options
 from estimator.health import rules
+from estimator.networks import registry
+from estimator.reporting import pictures
 
 v1 = tf.compat.v1
 
@@ -41,7 +43,7 @@ BASELINE_BATCH, BASELINE_STEPS, BASELINE_EVAL_IMAGES, BASELINE_MARGIN = 64, 100,
 
 
 def _model(hp, is_training: bool):
-    return cifar10_model.build(hp, is_training)
+    return registry.build(hp, is_training)
 
 
 def _xent(logits, labels):

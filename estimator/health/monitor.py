@@ -24,9 +24,10 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from estimator import cifar10_format as fmt
-from estimator import logs, pictures, storage, summaries
+from estimator.common import logs, storage, tensor_names
+from estimator.data import records as fmt
 from estimator.health import probes, rules
+from estimator.reporting import pictures, summaries
 
 v1 = tf.compat.v1
 
@@ -144,12 +145,11 @@ class HealthHook(v1.train.SessionRunHook):
         self._relu_window = collections.deque(maxlen=self._hp.health_dead_relu_window)
 
     def begin(self):
-        from estimator import model_fn as model_fn_lib  # here: model_fn builds on this module
 
         graph = v1.get_default_graph()
         self._probes = probes.get(graph)
         self._step = v1.train.get_global_step()
-        self._xent = graph.get_tensor_by_name(model_fn_lib.CROSS_ENTROPY)
+        self._xent = graph.get_tensor_by_name(tensor_names.CROSS_ENTROPY)
         self._next_rule_step = None
         self._first_run = True
 

@@ -19,6 +19,7 @@ import math
 
 import tensorflow as tf
 
+from estimator.common import tensor_names
 from estimator.health.monitor import append_record
 
 v1 = tf.compat.v1
@@ -46,11 +47,10 @@ class NonFiniteHook(v1.train.SessionRunHook):
         self._job_dir = job_dir
 
     def begin(self):
-        from estimator import model_fn as model_fn_lib  # here: model_fn builds on this module
 
         graph = v1.get_default_graph()
-        self._loss = graph.get_tensor_by_name(model_fn_lib.TOTAL_LOSS)
-        self._rate = graph.get_tensor_by_name(model_fn_lib.LEARNING_RATE)
+        self._loss = graph.get_tensor_by_name(tensor_names.TOTAL_LOSS)
+        self._rate = graph.get_tensor_by_name(tensor_names.LEARNING_RATE)
         self._step = v1.train.get_global_step()
         found = v1.get_collection(GRADS_FINITE)
         self._flags, self._names = found if found else (None, None)

@@ -12,7 +12,7 @@
 ``estimator.cifar10_main`` wires them around ``estimator.train.run``.
 """
 
-from estimator.resilience.failures import StorageFailure, storage_failure
+from estimator.common.failures import StorageFailure, storage_failure
 from estimator.resilience.jobdir import ForeignJobDirError, JobDirBusyError, JobDirLock, check_same_network
 from estimator.resilience.signals import EXIT_CODES, Interrupted, SignalStop
 

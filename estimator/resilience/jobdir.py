@@ -29,7 +29,8 @@ import socket
 import threading
 import time
 
-from estimator import storage
+from estimator.common import storage
+from estimator.training import config, hparams
 
 LOCK_FILE = "job.lock"
 HEARTBEAT_SECS = 30.0
@@ -204,7 +205,6 @@ def check_same_network(hp) -> None:
 
     Reads only; the job dir is left exactly as it was.
     """
-    from estimator import config, hparams
 
     path = storage.join(hp.job_dir, config.HPARAMS_FILE)
     if not storage.exists(path):

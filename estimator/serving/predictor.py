@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from estimator import cifar10_format as fmt
+from estimator.data import records as fmt
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -120,7 +120,7 @@ def confusion_matrix(labels, predicted) -> np.ndarray:
 
 def save_confusion_png(matrix: np.ndarray, path: str, title: str) -> None:
     """The same picture the trainer puts in TensorBoard after each evaluation."""
-    from estimator import pictures
+    from estimator.reporting import pictures
 
     with open(path, "wb") as f:
         f.write(pictures.confusion_png(matrix, title))
@@ -130,7 +130,7 @@ def score_records(model_dir: str, records: str, batch_size: int = 500):
     """(labels, predicted classes) of every record in ``records``."""
     import tensorflow as tf
 
-    from estimator.cifar10 import decode, pipeline_options
+    from estimator.data.pipeline import decode, pipeline_options
 
     if not os.path.isfile(records):
         raise InputError("%s does not exist: pass a file written by generate_cifar10_tfrecords.py." % records)

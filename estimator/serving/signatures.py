@@ -23,9 +23,9 @@ import uuid
 
 import tensorflow as tf
 
-from estimator import cifar10_format as fmt
-from estimator import cifar10_model
-from estimator.model_fn import model_fn, restore_map
+from estimator.data import records as fmt
+from estimator.networks import registry
+from estimator.training.model_fn import model_fn, restore_map
 
 v1 = tf.compat.v1
 
@@ -94,7 +94,7 @@ def check_checkpoint(checkpoint_path: str, variables, hp) -> None:
             raise CheckpointMismatchError(
                 "%s does not hold a %s: its variable %s is %s (want %s). It was trained with other --network, "
                 "--num-layers, --resnet-version, --width-multiplier, --ensemble or --ema-decay: pass the job's own "
-                "hparams (--job-dir of that job)." % (checkpoint_path, cifar10_model.describe(hp), name, found, shape)
+                "hparams (--job-dir of that job)." % (checkpoint_path, registry.describe(hp), name, found, shape)
             )
 
 

@@ -7,7 +7,7 @@
   ``python -m estimator.cifar10_main`` process as the service ran it.
 * ``report``: the study's table, ``trials.csv`` and ``study.png``.
 * ``vertex_study``: the same study as a Vertex AI ``HyperparameterTuningJob``
-  around the custom job of ``estimator.vertex_job``.
+  around the custom job of ``estimator.cloud.vertex_job``.
 
 Entry points: ``python -m estimator.tune`` and ``python -m estimator.vertex``.
 """

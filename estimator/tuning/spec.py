@@ -29,7 +29,7 @@ HYPERPARAMETER_FIELDS = (
     "params",
 )
 PARAM_FIELDS = ("parameterName", "type", "minValue", "maxValue", "discreteValues", "categoricalValues", "scaleType")
-# The metrics the trainer reports through cloudml-hypertune (estimator.hooks.EvalReporter).
+# The metrics the trainer reports through cloudml-hypertune (estimator.training.hooks.EvalReporter).
 REPORTED_METRICS = ("accuracy",)
 
 

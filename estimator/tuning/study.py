@@ -46,8 +46,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from estimator import cluster as cluster_lib
-from estimator import processes
+from estimator.common import cluster as cluster_lib
+from estimator.common import processes
 from estimator.tuning import spec as spec_lib
 
 STUDY_DB = "study.db"

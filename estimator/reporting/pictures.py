@@ -6,7 +6,7 @@
 * ``mistakes_png``: the most confidently misclassified validation images;
 * ``curves_png``: loss, accuracy and learning rate of a run.
 
-``estimator.summaries`` puts them into TensorBoard and ``curves.png``.
+``estimator.reporting.summaries`` puts them into TensorBoard and ``curves.png``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import io
 
 import numpy as np
 
-from estimator import cifar10_format as fmt
+from estimator.data import records as fmt
 
 
 def pyplot():

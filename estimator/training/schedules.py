@@ -139,7 +139,7 @@ def learning_rate(
 def learning_rate_at_progress(progress, schedule: str, peak: float, warmup_fraction: float = 0.0):
     """The rate at ``progress`` (the fraction of a time-budget plan done, a float64 tensor in 0..1).
 
-    ``estimator.time_budget`` re-plans the number of steps as speed drifts, so a
+    ``estimator.training.time_budget`` re-plans the number of steps as speed drifts, so a
     budgeted run's schedule is a function of the progress: it stays continuous
     across re-plans and reaches 0 at the end of the budget. Warm-up rises
     linearly over the first ``warmup_fraction`` of the plan.

@@ -1,6 +1,6 @@
 """The CIFAR-10 TFRecord format: the one place that defines it.
 
-Both the converter (``estimator.convert``) and the input pipeline
+Both the converter (``estimator.data.convert``) and the input pipeline
 (``estimator.cifar10``) import this module, so writer and reader cannot drift.
 
 The record layout is the original tutorial's, so TFRecords written by the old
@@ -55,7 +55,7 @@ def read_manifest(data_dir: str):
     Raises:
       ValueError: the manifest is malformed (``parse_manifest``).
     """
-    from estimator import storage
+    from estimator.common import storage
 
     path = storage.join(data_dir, MANIFEST_NAME)
     if not storage.exists(path):
@@ -72,7 +72,7 @@ def record_filename(subset: str) -> str:
 
 def encode_example(image: bytes, label: int) -> bytes:
     """Serializes one image as a ``tf.train.Example`` in the original format."""
-    import tensorflow as tf  # lazy: keep ``import estimator.cifar10_format`` cheap
+    import tensorflow as tf  # lazy: keep ``import estimator.data.records`` cheap
 
     if len(image) != IMAGE_BYTES:
         raise ValueError("An image must be %d bytes, got %d." % (IMAGE_BYTES, len(image)))

@@ -45,7 +45,7 @@ def storage_failure(error):
 
 def remove_partial_files(job_dir: str) -> list:
     """Removes what interrupted writes leave in a local job dir: TensorFlow's ``*_temp*`` and ``*.tmp<hex>``
-    checkpoint directories and files, and ``.*.tmp`` files of ``estimator.storage``."""
+    checkpoint directories and files, and ``.*.tmp`` files of ``estimator.common.storage``."""
     if not job_dir or job_dir.startswith("gs://") or not os.path.isdir(job_dir):
         return []
     removed = []

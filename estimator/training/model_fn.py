@@ -21,24 +21,17 @@ import itertools
 
 import tensorflow as tf
 
-from estimator import airbench_model, cifar10_model, devices, eval_metrics, time_budget
-from estimator import cifar10_format as fmt
-from estimator import hooks as hooks_lib
-from estimator import hparams as hparams_lib
-from estimator.cifar10 import Cifar10DataSet
+from estimator.common.tensor_names import CROSS_ENTROPY, IMAGE_SIZE, LEARNING_RATE, TOTAL_LOSS, TRAIN_ACCURACY
+from estimator.data import records as fmt
+from estimator.data.pipeline import Cifar10DataSet
 from estimator.health import nonfinite, probes
+from estimator.networks import airbench, registry
+from estimator.training import devices, eval_metrics, time_budget
+from estimator.training import hooks as hooks_lib
+from estimator.training import hparams as hparams_lib
 
 v1 = tf.compat.v1
 
-# Tensors that hooks fetch by name (the progress line, the NaN check, the
-# health rules); the graph names them below. Not "loss": that name (and
-# TensorBoard tag) is the Estimator's own.
-TOTAL_LOSS = "total_loss:0"
-CROSS_ENTROPY = "cross_entropy:0"
-TRAIN_ACCURACY = "train_accuracy:0"
-LEARNING_RATE = "learning_rate:0"
-# --progressive-resize: the side of this step's training images.
-IMAGE_SIZE = "image_size:0"
 # airbench's Lookahead schedule: a sync every 5 steps, pulling back by 0.95^5 x (fraction done)^3.
 LOOKAHEAD_EVERY = 5
 LOOKAHEAD_MAX_PULL = 0.95**5
@@ -91,7 +84,7 @@ def tower_fn(
     """Builds one tower.
 
     Args:
-      model: a network of ``cifar10_model.build`` (``ResNetCifar10``, ``AirbenchCifar10`` or an
+      model: a network of ``registry.build`` (``ResNetCifar10``, ``AirbenchCifar10`` or an
         ``Ensemble`` of either).
       images: ``[b, HEIGHT, WIDTH, DEPTH]`` float32, values 0..255, NHWC.
       labels: ``[b]`` int32, or None (PREDICT).
@@ -118,7 +111,7 @@ def tower_fn(
 
     cross_entropy = mean_cross_entropy(logits)  # of what is evaluated: an ensemble's averaged logits
     # An ensemble's members each learn from their own loss (the sum gives each its full gradient),
-    # never from the averaged logits (estimator.ensemble).
+    # never from the averaged logits (estimator.networks.ensemble).
     heads = getattr(model, "member_logits", None) or [logits]
     objective = tf.add_n(
         [
@@ -187,16 +180,14 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, 
     if is_training and hp.network == "airbench":
         # Read only when variables are initialised (a fresh start), on the parameter device.
         with v1.device(devices.consolidation_device(hp.variable_strategy)):
-            images = Cifar10DataSet(hp.data_dir, fmt.TRAIN).first_images(airbench_model.WHITEN_IMAGES)
-            whitening = airbench_model.whitening_kernel(images, hp.whiten_eps)  # once, for every tower
+            images = Cifar10DataSet(hp.data_dir, fmt.TRAIN).first_images(airbench.WHITEN_IMAGES)
+            whitening = airbench.whitening_kernel(images, hp.whiten_eps)  # once, for every tower
     outputs, update_ops, first = [], [], None
     for i, device in enumerate(tower_list):
         with tf.name_scope("tower_%d" % i) as scope, v1.variable_scope("resnet", reuse=reuse or bool(i)), v1.device(
             devices.device_setter(device, params_device)
         ):
-            model = cifar10_model.build(
-                hp, is_training, whitening=whitening, serving=mode == tf.estimator.ModeKeys.PREDICT
-            )
+            model = registry.build(hp, is_training, whitening=whitening, serving=mode == tf.estimator.ModeKeys.PREDICT)
             outputs.append(
                 tower_fn(
                     model,

@@ -3,7 +3,7 @@
 The one place that reads the environment for a run:
 
 * ``TF_CONFIG`` and ``CLOUD_ML_TRIAL_ID``: where this process stands in the
-  job and its tuning trial (``estimator.cluster``);
+  job and its tuning trial (``estimator.common.cluster``);
 * ``AIP_CHECKPOINT_DIR`` / ``AIP_MODEL_DIR``: Vertex AI's job directory when
   ``--job-dir`` is not given (already one per trial);
 * ``AIP_TENSORBOARD_LOG_DIR``: Vertex AI's TensorBoard directory, which gets
@@ -23,11 +23,13 @@ import argparse
 import json
 import os
 
-from estimator import cifar10_format as fmt
-from estimator import cifar10_model, devices, storage
-from estimator import cluster as cluster_lib
-from estimator import hparams as hparams_lib
-from estimator.cifar10 import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
+from estimator.common import cluster as cluster_lib
+from estimator.common import storage
+from estimator.data import records as fmt
+from estimator.data.pipeline import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
+from estimator.networks import registry
+from estimator.training import devices
+from estimator.training import hparams as hparams_lib
 
 HPARAMS_FILE = "hparams.json"
 JOB_DIR_VARIABLES = ("AIP_CHECKPOINT_DIR", "AIP_MODEL_DIR")
@@ -46,7 +48,7 @@ def job_dir_of(flag, environ) -> str:
 
 def train_steps_of(args: argparse.Namespace, num_workers: int, num_train_examples: int) -> int:
     """--train-steps, or --train-epochs in global steps, or the default 80,000."""
-    from estimator import schedules
+    from estimator.training import schedules
 
     if args.train_epochs is not None:
         batch = schedules.examples_per_step(args.train_batch_size, num_workers, args.sync)
@@ -92,7 +94,7 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
         # Training on the validation split leaves nothing to validate on: train, then test.
         eval_policy="final" if fmt.VALIDATION in train_subsets else args.eval_policy,
         lr_decay_steps=None if args.lr_decay_steps is None else tuple(args.lr_decay_steps),
-        activation=cifar10_model.activation_of(args),
+        activation=registry.activation_of(args),
         data_format=args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last"),
         cluster=cluster,
         num_workers=cluster.num_workers,
@@ -102,7 +104,7 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
     hp = hparams_lib.HParams(**values)
     hparams_lib.check_schedule(hp)
     if hp.precision == hparams_lib.AUTO:
-        from estimator import precision
+        from estimator.training import precision
 
         chosen, probe = precision.choose(hp.replace(precision="fp32"))
         hp = hp.replace(precision=chosen, precision_probe=probe)

@@ -31,8 +31,9 @@ import zlib
 
 import numpy as np
 
-from estimator import cifar10_format as fmt
-from estimator import download, storage
+from estimator.common import storage
+from estimator.data import download
+from estimator.data import records as fmt
 
 
 class ConversionError(Exception):
@@ -390,7 +391,7 @@ def main(argv=None) -> int:
         print("error: %s" % e, file=sys.stderr)
         return 1
     except OSError as e:
-        from estimator.resilience import storage_failure
+        from estimator.common.failures import storage_failure
 
         failure = storage_failure(e)
         if failure is None:

@@ -355,7 +355,7 @@ def hook(planner: Planner, job_dir: str, log):
     (Built here, not at import, so the planner's arithmetic imports without TensorFlow.)"""
     import tensorflow as tf
 
-    from estimator import storage
+    from estimator.common import storage
 
     v1 = tf.compat.v1
 

@@ -3,7 +3,7 @@
 * ``summary_writer``: the process's v1 ``FileWriter`` for a directory (shared
   with the Estimator's), also from eager code;
 * ``write_scalars`` / ``write_image``: an evaluation's metrics, health values,
-  pictures (``estimator.pictures``);
+  pictures (``estimator.reporting.pictures``);
 * ``read_scalars``: series read back from event files;
 * ``write_curves``: ``JOB_DIR/curves.png`` from the run's own event files.
 """
@@ -14,7 +14,8 @@ import os
 
 import tensorflow as tf
 
-from estimator import pictures, storage
+from estimator.common import storage
+from estimator.reporting import pictures
 
 v1 = tf.compat.v1
 

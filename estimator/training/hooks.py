@@ -8,7 +8,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from estimator import logs, summaries
+from estimator.common import logs, tensor_names
+from estimator.reporting import summaries
 
 v1 = tf.compat.v1
 
@@ -38,15 +39,14 @@ class ProgressHook(v1.train.SessionRunHook):
         self._start = time.perf_counter()
 
     def begin(self):
-        from estimator import model_fn as m  # here: model_fn builds on this module
 
         graph = v1.get_default_graph()
         self._fetches = {"step": v1.train.get_global_step()}
         for key, name in (
-            ("loss", m.TOTAL_LOSS),
-            ("xent", m.CROSS_ENTROPY),
-            ("acc", m.TRAIN_ACCURACY),
-            ("lr", m.LEARNING_RATE),
+            ("loss", tensor_names.TOTAL_LOSS),
+            ("xent", tensor_names.CROSS_ENTROPY),
+            ("acc", tensor_names.TRAIN_ACCURACY),
+            ("lr", tensor_names.LEARNING_RATE),
         ):
             self._fetches[key] = graph.get_tensor_by_name(name)
         self._last = None  # (time, step) of the previous line

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import requests
 from tqdm import tqdm
 
-from estimator import storage
+from estimator.common import storage
 
 CHUNK = 1 << 20  # for hashing
 # Small network reads: a dropped connection loses at most the read in flight.

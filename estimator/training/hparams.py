@@ -3,7 +3,7 @@
 ``build_parser()`` defines the flags (the original tutorial's names and
 defaults, plus a few of our own); ``validate()`` checks them at the boundary;
 ``HParams`` is the frozen result, which ``model_fn`` receives as ``params``
-and reads nothing else. ``estimator.config`` turns a command line and the
+and reads nothing else. ``estimator.training.config`` turns a command line and the
 environment into an ``HParams`` (the one place that reads the environment);
 derived numbers live with their owners (``devices``, ``schedules``).
 """
@@ -16,13 +16,15 @@ import math
 import shlex
 from dataclasses import dataclass, field
 
-from estimator import airbench_model, cifar10, cifar10_model, devices, schedules, time_budget
-from estimator import cifar10_format as fmt
-from estimator.cluster import Cluster
-from estimator.model_base import COMPUTE_DTYPES, DATA_FORMATS
+from estimator.common.cluster import Cluster
+from estimator.data import pipeline
+from estimator.data import records as fmt
+from estimator.networks import airbench, registry, resnet
+from estimator.networks.layers import COMPUTE_DTYPES, DATA_FORMATS
+from estimator.training import devices, schedules, time_budget
 
 EVAL_POLICIES = ("periodic", "final")
-AUTO = "auto"  # --precision auto: chosen by estimator.precision
+AUTO = "auto"  # --precision auto: chosen by estimator.training.precision
 HEALTH_ACTIONS = ("off", "warn", "stop")
 
 
@@ -50,7 +52,7 @@ class HParams:
     num_layers: int = 44
     resnet_version: str = "v1"
     # resnet: ResNetCifar10 (num_layers, resnet_version); airbench: airbench94's network
-    # (estimator.airbench_model), which ignores both.
+    # (estimator.networks.airbench), which ignores both.
     network: str = "resnet"
     # The airbench network's nonlinearity: gelu (airbench's) or relu (which TensorFlow fuses into
     # batch norm on the CPU: 1.13x the images/s in a 30-minute bf16 run on a Zen 5).
@@ -60,13 +62,13 @@ class HParams:
     # relative to their mean (airbench's 5e-4). Larger damps the flattest directions, where JPEG
     # copies of CIFAR-10 hold less signal than the original pixels; ten times the floor cost 0.45 at
     # 30 minutes on the JPEG stand-in (docs/experiments.md), so the default stays airbench's.
-    whiten_eps: float = airbench_model.WHITEN_EPS
+    whiten_eps: float = airbench.WHITEN_EPS
     # The airbench network's 3x3 convolutions per group: 2 (airbench94's) or 3 (airbench96's, a residual
     # around the last two; about 1.36x the FLOPs per image).
     group_depth: int = 2
     train_steps: int = 80000
     train_epochs: float = None
-    # Seconds the whole command may take (estimator.time_budget plans the steps); None: off.
+    # Seconds the whole command may take (estimator.training.time_budget plans the steps); None: off.
     time_budget: float = None
     train_batch_size: int = 128
     eval_batch_size: int = 100
@@ -89,7 +91,7 @@ class HParams:
     # matrix units better per FLOP.
     width_multiplier: float = 1.0
     # Networks of that shape trained side by side on the same batches, each from its own loss; their
-    # logits averaged (estimator.ensemble). 1: one network, as the original.
+    # logits averaged (estimator.networks.ensemble). 1: one network, as the original.
     ensemble: int = 1
     # Goyal et al. 2017: the last batch norm of each residual unit starts at gamma 0.
     zero_init_residual: bool = False
@@ -183,7 +185,7 @@ class HParams:
     health_class_ratio: float = _threshold(
         0.25, 0, 1, help="A class whose validation accuracy is below this fraction of the others' mean."
     )
-    # Resolved from the environment by estimator.config, not flags: where this
+    # Resolved from the environment by estimator.training.config, not flags: where this
     # process stands in the job (TF_CONFIG; its trial), how many processes
     # train, how many training images the data's manifest lists, and Vertex
     # AI's TensorBoard directory, which gets a copy of the summaries.
@@ -388,13 +390,13 @@ def build_parser() -> argparse.ArgumentParser:
         "resnet: the 6n+2-layer ResNets of He et al. (--num-layers, --resnet-version); airbench: the network of "
         "Keller Jordan's airbench94 (a fixed whitening layer and three groups of two convolutions, 64/256/256 "
         "filters times --width-multiplier), which learns more per epoch of a short run.",
-        choices=list(cifar10_model.NETWORKS),
+        choices=list(registry.NETWORKS),
     )
     flag(
         "--activation",
         "The nonlinearity of --network airbench: gelu (airbench's, the default) or relu (fused into batch norm "
         "on the CPU: faster). ResNets use relu.",
-        choices=list(cifar10_model.ACTIVATIONS),
+        choices=list(registry.ACTIVATIONS),
     )
     flag(
         "--whiten-eps",
@@ -407,13 +409,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--network airbench: 3x3 convolutions per group, 2 (airbench94's, the default) or 3 (airbench96's: a "
         "residual connection around the last two; about 1.36x the FLOPs per image).",
         type=_int,
-        choices=list(airbench_model.GROUP_DEPTHS),
+        choices=list(airbench.GROUP_DEPTHS),
     )
     flag("--num-layers", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...", type=_int)
     flag(
         "--resnet-version",
         "Residual unit: v1 (post-activation), v2 (pre-activation), bottleneck_v2 (9n+2).",
-        choices=list(cifar10_model.VERSIONS),
+        choices=list(resnet.VERSIONS),
     )
     p.add_argument(
         "--train-steps",
@@ -569,7 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--flip",
         "How training images are mirrored: random (each with probability 1/2) or alternate (airbench: each "
         "image's first view at random, then the other view every next epoch, so every two epochs show both).",
-        choices=list(cifar10.FLIPS),
+        choices=list(pipeline.FLIPS),
     )
     flag(
         "--progressive-resize",
@@ -676,7 +678,7 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
         if value is None or value <= 0:
             raise ValueError("--%s %s must be positive." % (name, value))
 
-    cifar10_model.check_depth(args.num_layers, args.resnet_version)
+    resnet.check_depth(args.num_layers, args.resnet_version)
     if args.train_steps is not None and args.train_epochs is not None:
         raise ValueError(
             "--train-steps %d and --train-epochs %s both set the length of training: "
@@ -788,7 +790,7 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
             "--precision auto times fp32 against bf16 on the CPU; with --num-gpus %d choose fp32, bf16 or fp16."
             % args.num_gpus
         )
-    cifar10_model.check_width(args.width_multiplier)
+    resnet.check_width(args.width_multiplier)
     if args.ensemble < 1:
         raise ValueError("--ensemble %d must be at least 1 (1: one network; 2 or more: an ensemble)." % args.ensemble)
     if args.network == "airbench":
@@ -803,10 +805,7 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
                 "%s shape a ResNet; --network airbench has its own fixed layers: drop them or use --network resnet."
                 % " and ".join(given)
             )
-    if (
-        args.network != "airbench"
-        and cifar10_model.activation_of(args) != cifar10_model.DEFAULT_ACTIVATIONS[args.network]
-    ):
+    if args.network != "airbench" and registry.activation_of(args) != registry.DEFAULT_ACTIVATIONS[args.network]:
         raise ValueError(
             "--activation %s: the ResNets here use relu; drop it or use --network airbench." % args.activation
         )
@@ -818,9 +817,9 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
     if not args.whiten_eps > 0:
         raise ValueError(
             "--whiten-eps %s must be positive, e.g. %g (airbench's): a flat direction of the patches would "
-            "otherwise be divided by zero." % (args.whiten_eps, airbench_model.WHITEN_EPS)
+            "otherwise be divided by zero." % (args.whiten_eps, airbench.WHITEN_EPS)
         )
-    if args.network != "airbench" and args.whiten_eps != airbench_model.WHITEN_EPS:
+    if args.network != "airbench" and args.whiten_eps != airbench.WHITEN_EPS:
         raise ValueError(
             "--whiten-eps %s shapes the whitening layer of --network airbench; the ResNets have none: drop it "
             "or use --network airbench." % args.whiten_eps
@@ -838,10 +837,10 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         raise ValueError("--ema-decay %s must be in [0, 1), e.g. 0.999 (0 turns the average off)." % args.ema_decay)
     if not 0 <= args.cutout <= fmt.HEIGHT:
         raise ValueError("--cutout %d must be a square side from 0 to %d pixels, e.g. 8." % (args.cutout, fmt.HEIGHT))
-    if not 0 <= args.crop_padding <= cifar10.MAX_PAD:
+    if not 0 <= args.crop_padding <= pipeline.MAX_PAD:
         raise ValueError(
             "--crop-padding %d must be from 0 to %d pixels, e.g. 4 (He et al. 2016) or 2."
-            % (args.crop_padding, cifar10.MAX_PAD)
+            % (args.crop_padding, pipeline.MAX_PAD)
         )
     if args.progressive_resize and not schedules.MIN_RESIZE <= args.progressive_resize < fmt.HEIGHT:
         raise ValueError(

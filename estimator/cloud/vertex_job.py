@@ -4,14 +4,14 @@
 parameter servers, evaluators) into a ``CustomJobSpec``: worker pool 0 is the
 chief, 1 the workers, 2 the parameter servers, 3 the evaluators, the order in
 which Vertex AI writes ``TF_CONFIG``. A tuning job wraps one
-(``estimator.tuning.vertex_study``). Field names follow the ``aiplatform.v1``
+(``estimator.cloud.vertex_study``). Field names follow the ``aiplatform.v1``
 discovery document; integers that the API carries as int64 are written as
 strings. Command line: ``python -m estimator.vertex custom-job``.
 """
 
 from __future__ import annotations
 
-from estimator.processes import TRAINER_MODULE as MODULE
+from estimator.common.processes import TRAINER_MODULE as MODULE
 from estimator.tuning import spec as spec_lib
 
 # Google's prebuilt TensorFlow 2.15 training containers (Python 3.10). Google's

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from estimator import cifar10_format as fmt
+from estimator.data import records as fmt
 
 v1 = tf.compat.v1
 

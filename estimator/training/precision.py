@@ -18,45 +18,16 @@ the final evaluations from that ratio, which differs between CPUs and precisions
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import platform
-import time
+
+from estimator.networks import airbench, ensemble, layers, registry, resnet
+from estimator.ops import filter_gradient, gelu
+from estimator.ops.probe_cache import cache_path, cached_probe, cpu_info, native_bf16, seconds_per_run
 
 CANDIDATES = ("fp32", "bf16")
-NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 CACHE_FILE = "precision_probe.json"
 EVAL_CACHE_FILE = "evaluation_speed_probe.json"
 PROBE_WARMUP_STEPS = 3
 PROBE_STEPS = 8
-
-
-def cpu_info(path: str = "/proc/cpuinfo") -> dict:
-    """``{"model": ..., "flags": set(...)}`` of this machine's CPU (Linux; elsewhere what platform says)."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open(path) as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and model in ("", platform.machine(), platform.processor()):
-                    model = value.strip()
-                elif key == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    return {"model": model, "flags": flags}
-
-
-def native_bf16(flags) -> bool:
-    return any(flag in flags for flag in NATIVE_BF16_FLAGS)
-
-
-def cache_path(name: str = CACHE_FILE) -> str:
-    base = os.environ.get("CIFAR10_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "cifar10-resnet-estimator"
-    )
-    return os.path.join(base, name)
 
 
 def network_code_digest(paths=None) -> str:
@@ -65,9 +36,7 @@ def network_code_digest(paths=None) -> str:
     made airbench's bf16 steps 1.56x faster on a Xeon with AMX, and the evaluation's ratio to them
     smaller) would otherwise plan budgets from figures no longer true."""
     if paths is None:
-        from estimator import airbench_model, cifar10_model, ensemble, filter_gradient, model_base
-
-        paths = [m.__file__ for m in (airbench_model, cifar10_model, ensemble, filter_gradient, model_base)]
+        paths = [m.__file__ for m in (airbench, registry, resnet, ensemble, filter_gradient, layers, gelu)]
     digest = hashlib.sha256()
     for path in paths:
         with open(path, "rb") as f:
@@ -78,15 +47,13 @@ def network_code_digest(paths=None) -> str:
 def cache_key(cpu_model: str, hp) -> str:
     import tensorflow as tf
 
-    from estimator import cifar10_model
-
     return "|".join(
         str(v)
         for v in (
             cpu_model,
             tf.__version__,
             hp.network,
-            cifar10_model.activation_of(hp),
+            registry.activation_of(hp),
             hp.num_layers,
             hp.resnet_version,
             hp.width_multiplier,
@@ -101,58 +68,12 @@ def cache_key(cpu_model: str, hp) -> str:
     )
 
 
-def _read_cache(path: str) -> dict:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_cache(path: str, cache: dict) -> None:
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        temporary = "%s.tmp-%d" % (path, os.getpid())
-        with open(temporary, "w") as f:
-            json.dump(cache, f, indent=2, sort_keys=True)
-        os.replace(temporary, path)
-    except OSError:
-        pass  # a cache we cannot write costs a probe next time, nothing more
-
-
-def cached_probe(path: str, key: str, names, measure):
-    """``(probe, measured)``: the measurement cached under ``key`` in the JSON file at ``path`` if it
-    has exactly ``names``, else ``measure()``'s (a dict), written back: a damaged entry is measured
-    again. The probes of this module and ``filter_gradient`` share it."""
-    cache = _read_cache(path)
-    probe = cache.get(key)
-    if probe and set(probe) == set(names):
-        return dict(probe), False
-    probe = measure()
-    cache[key] = probe
-    _write_cache(path, cache)
-    return dict(probe), True
-
-
-def seconds_per_run(sess, fetch, steps: int, warmup: int) -> float:
-    """Mean wall seconds of ``sess.run(fetch)`` over ``steps`` runs, after ``warmup`` untimed ones
-    (the first runs pay for graph optimisation, kernel selection and XLA compilation)."""
-    for _ in range(warmup):
-        sess.run(fetch)
-    start = time.perf_counter()
-    for _ in range(steps):
-        sess.run(fetch)
-    return (time.perf_counter() - start) / steps
-
-
 def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int, image_size: int = 32) -> float:
     """Images/s of one tower's batches of the real network on random images, in a graph and session of
     its own: training steps (forward, backward, momentum update) or inference (forward with the moving
     batch-norm statistics, at the evaluation batch size, as the evaluations run it)."""
     import numpy as np
     import tensorflow as tf
-
-    from estimator import cifar10_model
 
     v1 = tf.compat.v1
     batch = (hp.train_batch_size if training else hp.eval_batch_size) // len(hp.towers)
@@ -162,7 +83,7 @@ def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int, 
         images = tf.constant(np.random.RandomState(0).uniform(0, 255, shape).astype(np.float32))
         labels = tf.constant(np.arange(batch) % 10, tf.int32)
         with v1.variable_scope("resnet"):
-            model = cifar10_model.build(hp, training, precision)
+            model = registry.build(hp, training, precision)
             logits = model.forward_pass(images)
         if training:
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
@@ -223,7 +144,7 @@ def choose(hp, cpu=None, timer=time_training_steps, cache_file=None):
     cpu = cpu or cpu_info()
     if not native_bf16(cpu["flags"]):
         return "fp32", {}
-    path = cache_file or cache_path()
+    path = cache_file or cache_path(CACHE_FILE)
     probe, _ = cached_probe(
         path, cache_key(cpu["model"], hp), CANDIDATES, lambda: {p: round(timer(hp, p), 1) for p in CANDIDATES}
     )

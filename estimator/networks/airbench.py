@@ -25,8 +25,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from estimator import cifar10_format as fmt
-from estimator import model_base
+from estimator.data import records as fmt
+from estimator.networks import layers
+from estimator.ops import gelu
 
 v1 = tf.compat.v1
 
@@ -48,41 +49,6 @@ GROUP_DEPTHS = (2, 3)
 # a Zen 5, where GELU's forward and backward passes were separate element-wise operations (training
 # and evaluation now use fused_gelu).
 ACTIVATIONS = {"gelu": tf.nn.gelu, "relu": tf.nn.relu}
-_SQRT_HALF = 0.7071067811865476
-_INV_SQRT_2PI = 0.3989422804014327
-
-
-# tf.nn.gelu is a dozen element-wise ops forward and backward, each a pass over the activations in
-# Eigen, whose bf16 kernels are slow on some CPUs: on a Xeon with AMX they took as long as all the
-# convolutions of a bf16 step (docs/speed.md). XLA compiles each of these two functions into one
-# loop, in float32 whatever the activations' type (as tf.nn.gelu computes bf16 in float32 per op).
-@tf.function(jit_compile=True)
-def _gelu_forward(x):
-    x32 = tf.cast(x, tf.float32)
-    return tf.cast(x32 * (0.5 + 0.5 * tf.math.erf(x32 * _SQRT_HALF)), x.dtype)
-
-
-@tf.function(jit_compile=True)
-def _gelu_gradient(x, dy):
-    # d/dx x * Phi(x) = Phi(x) + x * phi(x)
-    x32 = tf.cast(x, tf.float32)
-    cdf = 0.5 + 0.5 * tf.math.erf(x32 * _SQRT_HALF)
-    pdf = tf.exp(-0.5 * tf.square(x32)) * _INV_SQRT_2PI
-    return tf.cast(tf.cast(dy, tf.float32) * (cdf + x32 * pdf), dy.dtype)
-
-
-@tf.custom_gradient
-def _fused_gelu(x):
-    return _gelu_forward(x), lambda dy: _gelu_gradient(x, dy)
-
-
-def fused_gelu(x):
-    """tf.nn.gelu's values and gradient (exact GELU, with erf), as two XLA-compiled kernels.
-
-    Training and evaluation graphs use it; exported models keep tf.nn.gelu's plain ops
-    (``fused_activation=False``: a SavedModel then needs no XLA where it is served)."""
-    with tf.name_scope("FusedGelu"):  # benchmarks.step_profile counts ops under "Gelu" names as GELU
-        return _fused_gelu(x)
 
 
 def scale_input(images, dtype=tf.float32):
@@ -132,7 +98,7 @@ def dirac_initializer(shape, dtype=tf.float32, partition_info=None):
     return tf.where(is_identity, identity, uniform)
 
 
-class AirbenchCifar10(model_base.ResNet):
+class AirbenchCifar10(layers.ResNet):
     """Airbench94's network with 10 logits; ``width_multiplier`` scales its 64/256/256 filters;
     ``group_depth`` 3 makes its groups airbench96's (three convolutions, a residual around the last two).
 
@@ -162,7 +128,7 @@ class AirbenchCifar10(model_base.ResNet):
         self.whitening = whitening
         if activation not in ACTIVATIONS:
             raise ValueError("activation %r is not one of %s." % (activation, ", ".join(ACTIVATIONS)))
-        self._activation = fused_gelu if activation == "gelu" and fused_activation else ACTIVATIONS[activation]
+        self._activation = gelu.fused_gelu if activation == "gelu" and fused_activation else ACTIVATIONS[activation]
         if group_depth not in GROUP_DEPTHS:
             raise ValueError("group_depth %r is not one of %s." % (group_depth, GROUP_DEPTHS))
         self.group_depth = group_depth
@@ -200,8 +166,8 @@ class AirbenchCifar10(model_base.ResNet):
 
     def forward_pass(self, x, input_data_format="channels_last"):
         """Float32 logits ``[batch, 10]`` for float32 images ``x`` with values 0..255."""
-        if input_data_format not in model_base.DATA_FORMATS:
-            raise ValueError("input_data_format %r is not one of %s." % (input_data_format, model_base.DATA_FORMATS))
+        if input_data_format not in layers.DATA_FORMATS:
+            raise ValueError("input_data_format %r is not one of %s." % (input_data_format, layers.DATA_FORMATS))
         if input_data_format != self._data_format:
             x = tf.transpose(x, [0, 3, 1, 2] if self._nchw else [0, 2, 3, 1])
         x = scale_input(x, self.compute_dtype)

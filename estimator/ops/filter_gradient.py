@@ -12,7 +12,7 @@ maps: 90.5 against 124.3 ms), and other CPUs were not measured: so a convolution
 candidate where the matrix products can pay (bf16, stride 1, ``SAME``, channels last, at least
 ``MIN_IN_CHANNELS`` in, at most ``MAX_POSITIONS`` positions, or a map whose size is known only as
 the step runs), and each candidate's shape is timed both ways on its first use (about a second) and
-cached per CPU model like the precision probe (``precision.cache_path``). Only training builds it:
+cached per CPU model like the precision probe (``probe_cache.cache_path``). Only training builds it:
 evaluation and exports have no gradients. The matrix products accumulate in float32 and round once,
 so in bf16 they are also closer to the exact sum than TensorFlow's kernel (docs/speed.md).
 """
@@ -23,7 +23,7 @@ import contextlib
 
 import tensorflow as tf
 
-from estimator import precision
+from estimator.ops import probe_cache
 
 CACHE_FILE = "filter_gradient_probe.json"
 MIN_IN_CHANNELS = 128
@@ -121,7 +121,7 @@ def time_filter_gradients(x_shape, kernel_shape, dtype, runs: int = PROBE_RUNS, 
             sess.run(v1.global_variables_initializer())
             for round_ in range(warmup + runs):
                 for name, fetch in fetches.items():
-                    seconds = precision.seconds_per_run(sess, fetch.op, 1, 0)
+                    seconds = probe_cache.seconds_per_run(sess, fetch.op, 1, 0)
                     if round_ >= warmup:
                         best[name] = min(best[name], seconds)
     return {name: round(seconds * 1e3, 3) for name, seconds in best.items()}
@@ -137,10 +137,12 @@ def choose(x_shape, kernel_shape, dtype, cpu=None, timer=time_filter_gradients, 
     first use and cached per CPU model, TensorFlow version, type and shape."""
     import logging
 
-    cpu = cpu or precision.cpu_info()
-    path = cache_file or precision.cache_path(CACHE_FILE)
+    cpu = cpu or probe_cache.cpu_info()
+    path = cache_file or probe_cache.cache_path(CACHE_FILE)
     key = cache_key(cpu["model"], x_shape, kernel_shape, dtype)
-    timing, measured = precision.cached_probe(path, key, (NATIVE, MATMULS), lambda: timer(x_shape, kernel_shape, dtype))
+    timing, measured = probe_cache.cached_probe(
+        path, key, (NATIVE, MATMULS), lambda: timer(x_shape, kernel_shape, dtype)
+    )
     if measured:
         logging.getLogger("tensorflow").info(
             "Filter gradient of a %s convolution on %s: %.1f ms native, %.1f ms as matrix products.",

@@ -2,14 +2,14 @@
 
 ``hyperparameter_tuning_job`` turns the study of AI Platform Training's YAML
 (``spec.study_spec``) into a ``studySpec`` around the custom job that each
-trial runs (``estimator.vertex_job``). Field names follow the ``aiplatform.v1``
+trial runs (``estimator.cloud.vertex_job``). Field names follow the ``aiplatform.v1``
 discovery document. Command line: ``python -m estimator.vertex hp-tuning-job``.
 """
 
 from __future__ import annotations
 
+from estimator.cloud.vertex_job import custom_job_spec
 from estimator.tuning import spec as spec_lib
-from estimator.vertex_job import custom_job_spec
 
 
 def _parameter_spec(p: spec_lib.Param) -> dict:

@@ -1,0 +1,276 @@
+"""Runs a training job as a cluster of real local processes, like
+``gcloud ai-platform local train --distributed``.
+
+    python -m estimator.local_cluster --workers 2 --ps 1 [--evaluator] -- \\
+        --data-dir DIR --job-dir DIR --num-gpus 0 --train-steps 1000
+
+Starts a master (or ``--chief-role chief``, as on Vertex AI), workers,
+parameter servers and optionally an evaluator, each a ``python -m
+estimator.cifar10_main`` process with the ``TF_CONFIG`` the service would give
+it, on free ports of 127.0.0.1. Their output is streamed with a role prefix.
+Parameter servers never exit on their own, by design: they are ended once the
+master has finished and the workers and evaluator are done. If a process fails,
+the rest are stopped and the failure is named. The exit code is the master's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from estimator.common import cluster as cluster_lib
+from estimator.common import processes
+
+HOST = "127.0.0.1"
+# How long tasks get to save a checkpoint after the SIGTERM a stop passes on, before SIGKILL.
+SIGNAL_GRACE_SECS = 60
+
+
+def free_ports(count: int):
+    """``count`` distinct free TCP ports on the loopback interface."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind((HOST, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def cluster_spec(workers: int, ps: int, chief_role: str = "master"):
+    ports = free_ports(1 + workers + ps)
+    spec = {chief_role: ["%s:%d" % (HOST, ports[0])]}
+    if workers:
+        spec["worker"] = ["%s:%d" % (HOST, p) for p in ports[1 : 1 + workers]]
+    if ps:
+        spec["ps"] = ["%s:%d" % (HOST, p) for p in ports[1 + workers :]]
+    return spec
+
+
+class ClusterError(RuntimeError):
+    """A task failed, or the job ran out of time."""
+
+
+class Task(object):
+    """One process of the cluster, its output kept and streamed with a prefix."""
+
+    def __init__(self, role, index, process, out, lock):
+        self.role, self.index, self.process = role, index, process
+        self.lines = []
+        self._out, self._lock = out, lock
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @property
+    def name(self) -> str:
+        return "%s/%d" % (self.role, self.index)
+
+    def _read(self):
+        for line in iter(self.process.stdout.readline, ""):
+            self.lines.append(line)
+            if self._out is not None:
+                with self._lock:
+                    self._out.write("[%s] %s" % (self.name, line))
+                    self._out.flush()
+
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def join_output(self, timeout=5):
+        self._reader.join(timeout)
+
+
+class LocalCluster(object):
+    """The processes of one distributed training job on this machine."""
+
+    def __init__(
+        self, trainer_args, workers=1, ps=1, evaluator=False, chief_role="master", trial=None, env=None, out=sys.stdout
+    ):
+        if chief_role not in ("master", "chief"):
+            raise ValueError("chief_role %r must be master (AI Platform) or chief (Vertex AI)." % chief_role)
+        if evaluator and chief_role == "master":
+            raise ValueError("A master evaluates itself (AI Platform): use --chief-role chief for an evaluator.")
+        if workers < 0 or ps < 0:
+            raise ValueError("--workers and --ps must not be negative.")
+        self.trainer_args = list(trainer_args)
+        self.chief_role, self.trial, self.out = chief_role, trial, out
+        self.env = dict(os.environ if env is None else env)
+        self.spec = cluster_spec(workers, ps, chief_role)
+        self.roles = (
+            [(chief_role, 0)]
+            + [("worker", i) for i in range(workers)]
+            + [("ps", i) for i in range(ps)]
+            + ([("evaluator", 0)] if evaluator else [])
+        )
+        self.tasks = {}
+        self._lock = threading.Lock()
+
+    def start(self):
+        # Parameter servers first: the others connect to them.
+        for role, index in sorted(self.roles, key=lambda r: r[0] != "ps"):
+            self.start_task(role, index)
+        return self
+
+    def start_task(self, role: str, index: int) -> Task:
+        """Starts (or restarts, as the service does after a failure) one task."""
+        env = dict(self.env, TF_CONFIG=cluster_lib.tf_config(self.spec, role, index, self.trial), PYTHONUNBUFFERED="1")
+        process = subprocess.Popen(
+            processes.trainer_command(self.trainer_args),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        task = Task(role, index, process, self.out, self._lock)
+        self.tasks[(role, index)] = task
+        return task
+
+    def task(self, role: str, index: int = 0) -> Task:
+        return self.tasks[(role, index)]
+
+    def kill(self, role: str, index: int = 0, sig=signal.SIGKILL) -> None:
+        processes.stop_group(self.task(role, index).process, sig=sig)
+
+    def wait_for(self, role: str, index: int, pattern: str, timeout: float) -> re.Match:
+        """Waits until a task's output matches ``pattern``; raises ClusterError on timeout or exit."""
+        deadline = time.time() + timeout
+        regex = re.compile(pattern)
+        while time.time() < deadline:
+            task = self.task(role, index)
+            match = regex.search(task.log())
+            if match:
+                return match
+            if task.process.poll() is not None:
+                task.join_output()
+                match = regex.search(task.log())
+                if match:
+                    return match
+                raise ClusterError(
+                    "%s exited with %s before printing %r" % (task.name, task.process.returncode, pattern)
+                )
+            time.sleep(0.2)
+        raise ClusterError("%s did not print %r within %d s" % (role, pattern, timeout))
+
+    def wait(self, timeout: float = 3600, grace: float = 120) -> int:
+        """Waits for the job; returns the master's exit code.
+
+        Raises:
+          ClusterError: a task failed (the rest are stopped first) or time ran out.
+        """
+        deadline = time.time() + timeout
+        chief_done_at = None
+        try:
+            while True:
+                for task in list(self.tasks.values()):
+                    code = task.process.poll()
+                    if code not in (None, 0) and task.role != "ps":
+                        task.join_output()
+                        raise ClusterError(
+                            "%s failed with exit code %d; stopped the other tasks. Its last "
+                            "lines:\n%s" % (task.name, code, "".join(task.lines[-15:]))
+                        )
+                    if code is not None and task.role == "ps":
+                        raise ClusterError(
+                            "%s exited with %d while the job was running; stopped the other tasks." % (task.name, code)
+                        )
+                chief = self.task(self.chief_role, 0)
+                if chief.process.poll() == 0 and chief_done_at is None:
+                    chief_done_at = time.time()
+                others = [t for t in self.tasks.values() if t.role in ("worker", "evaluator")]
+                if chief_done_at is not None and all(t.process.poll() == 0 for t in others):
+                    return 0
+                if chief_done_at is not None and time.time() > chief_done_at + grace:
+                    running = [t.name for t in others if t.process.poll() is None]
+                    raise ClusterError(
+                        "%s finished, but %s still ran %d s later; stopped them."
+                        % (chief.name, ", ".join(running), grace)
+                    )
+                if time.time() > deadline:
+                    raise ClusterError("the job did not finish within %d s; stopped every task." % timeout)
+                time.sleep(0.2)
+        finally:
+            self.stop()
+
+    def stop(self, grace: float = 10) -> None:
+        """Ends every task still running: SIGTERM, then SIGKILL."""
+        running = [t for t in self.tasks.values() if t.process.poll() is None]
+        for task in running:  # all at once, then wait: the grace is the job's, not each task's
+            try:
+                os.killpg(task.process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + grace
+        for task in running:
+            processes.stop_group(task.process, grace=max(0.1, deadline - time.time()))
+        for task in self.tasks.values():
+            task.join_output()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def main(argv=None) -> int:
+    own, trainer = processes.split_argv(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m estimator.local_cluster",
+        description="Run python -m estimator.cifar10_main as a local distributed cluster. Trainer flags follow --.",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="Workers besides the master.")
+    parser.add_argument("--ps", type=int, default=1, help="Parameter servers.")
+    parser.add_argument("--evaluator", action="store_true", help="Add an evaluator task.")
+    parser.add_argument(
+        "--chief-role",
+        choices=["master", "chief"],
+        default="master",
+        help="master as on AI Platform, chief as on Vertex AI.",
+    )
+    parser.add_argument("--trial", default=None, help="A tuning trial id to put into TF_CONFIG.")
+    parser.add_argument("--timeout", type=float, default=24 * 3600, help="Stop everything after this many seconds.")
+    args = parser.parse_args(own)
+    if not trainer:
+        parser.error("give the trainer's flags after --, e.g. -- --data-dir DIR --job-dir DIR --num-gpus 0")
+    try:
+        cluster = LocalCluster(
+            trainer,
+            workers=args.workers,
+            ps=args.ps,
+            evaluator=args.evaluator,
+            chief_role=args.chief_role,
+            trial=args.trial,
+        )
+    except ValueError as e:
+        parser.error(str(e))
+    print("Cluster: %s" % json.dumps(cluster.spec), flush=True)
+
+    def interrupted(signum, frame):
+        # Passed on: each trainer saves a checkpoint at the step it reached (docs/faults.md).
+        cluster.stop(grace=SIGNAL_GRACE_SECS)
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, interrupted)
+    cluster.start()
+    try:
+        code = cluster.wait(timeout=args.timeout)
+    except ClusterError as e:
+        print("error: %s" % e, file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        cluster.stop(grace=SIGNAL_GRACE_SECS)
+        return 130
+    print("Cluster finished: %s exited with %d." % (args.chief_role, code), flush=True)
+    return code
