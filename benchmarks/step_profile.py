@@ -67,7 +67,7 @@ def profile(
 
     from estimator.data import records as fmt
     from estimator.networks import registry
-    from estimator.training import precision as precision_lib
+    from estimator.ops import probe_cache
     from estimator.training.hparams import HParams
     from estimator.training.model_fn import model_fn
 
@@ -99,7 +99,7 @@ def profile(
         config = v1.ConfigProto(intra_op_parallelism_threads=0, inter_op_parallelism_threads=0)
         with v1.Session(config=config) as sess:
             sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
-            wall = precision_lib.seconds_per_run(sess, spec.train_op, steps, warmup)
+            wall = probe_cache.seconds_per_run(sess, spec.train_op, steps, warmup)
             by_type = collections.Counter()
             by_group = collections.Counter()
             by_node = collections.Counter()
@@ -153,7 +153,6 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--network", choices=registry.NETWORKS, default="resnet")
     parser.add_argument("--num-layers", type=int, default=20, help="ResNets only.")
-    parser.add_argument("--activation", choices=registry.ACTIVATIONS, help="airbench only; default gelu.")
     parser.add_argument("--group-depth", type=int, choices=airbench.GROUP_DEPTHS, default=2, help="airbench only.")
     parser.add_argument(
         "--data-dir", help="airbench only: TFRecords whose first training images its whitening layer is computed from."
@@ -181,9 +180,7 @@ def main(argv=None):
     if args.network == "airbench":
         if not args.data_dir:
             parser.error("--network airbench needs --data-dir (its whitening layer is computed from training images)")
-        network = dict(
-            network="airbench", activation=args.activation, group_depth=args.group_depth, data_dir=args.data_dir
-        )
+        network = dict(network="airbench", group_depth=args.group_depth, data_dir=args.data_dir)
     bad = [s for s in args.image_sizes if s != fmt.HEIGHT and not schedules.MIN_RESIZE <= s < fmt.HEIGHT]
     if bad:
         parser.error(

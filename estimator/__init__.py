@@ -13,7 +13,7 @@ import time
 # command from here to results.json.
 STARTED = time.monotonic()
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # TensorFlow 2.15 turns its oneDNN kernels on by default only on CPUs with
 # AVX512_VNNI, AVX512_BF16 or AMX. On an AVX2-only CPU (an AMD EPYC here) they

@@ -19,6 +19,7 @@ import estimator
 from estimator import health
 from estimator.common import cluster as cluster_lib
 from estimator.common import logs, storage
+from estimator.common.options import EvalPolicy, HealthAction
 from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet
 from estimator.health import nonfinite
@@ -51,7 +52,6 @@ def input_fn(hp: hparams_lib.HParams, subset: str, seed=None):
                 also=also,
                 cutout=hp.cutout,
                 crop_padding=hp.crop_padding,
-                flip=hp.flip,
             )
             return data.make_batch(batch_size)
 
@@ -192,7 +192,7 @@ def build_hooks(hp: hparams_lib.HParams, stop=None) -> Hooks:
     # the Estimator writes beside the checkpoints.
     mirror = hp.tensorboard_dir
     monitor = health.HealthMonitor(hp, is_chief=cluster.is_chief or _is_evaluator(hp), mirror_dir=mirror)
-    if hp.health_checks != "off" and not _is_evaluator(hp):
+    if hp.health_checks != HealthAction.OFF and not _is_evaluator(hp):
         train_hooks.append(health.HealthHook(monitor))
     eval_mirror = None
     if mirror:
@@ -228,7 +228,7 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
         train_hooks = job_hooks.train
     if planner:
         planner.setup_begins()
-    if hp.eval_policy == "final" and not hp.cluster.distributed:
+    if hp.eval_policy == EvalPolicy.FINAL and not hp.cluster.distributed:
         # Short runs: no evaluation until training is done, then one on the validation split.
         if train_hooks is not None:
             estimator_.train(train_input, max_steps=hp.train_steps, hooks=train_hooks)

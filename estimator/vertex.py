@@ -1,7 +1,7 @@
 """Command line: Vertex AI job configs from the YAML files of AI Platform Training.
 
     python -m estimator.vertex custom-job --config cmle_config.yaml \\
-        --package-uri gs://B/cifar10-resnet-estimator-0.2.0.tar.gz --output job.yaml \\
+        --package-uri gs://B/cifar10-resnet-estimator-0.3.0.tar.gz --output job.yaml \\
         [--region R] [--image-uri IMAGE] [--base-output-dir gs://B/jobs/J] -- <trainer flags>
     python -m estimator.vertex hp-tuning-job --config hptuning_config.yaml \\
         --package-uri ... --output hp.yaml [...] -- <trainer flags>

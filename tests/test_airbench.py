@@ -48,24 +48,6 @@ def test_whitening_kernel_decorrelates_the_patches_it_was_computed_from(mini_rec
         assert 0.1 < expected.min() < 0.12
 
 
-def test_whiten_eps_is_recorded_and_refused_where_it_cannot_apply(mini_records, tmp_path, capsys):
-    from estimator import cifar10_main
-
-    argv = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0"]
-    assert cifar10_main.parse(argv + ["--network", "airbench"]).whiten_eps == 5e-4
-    assert cifar10_main.parse(argv + ["--network", "airbench", "--whiten-eps", "5e-3"]).whiten_eps == 5e-3
-    for flags, message in [
-        ("--whiten-eps 5e-3", "--whiten-eps 0.005 shapes the whitening layer of --network airbench; the ResNets"),
-        ("--network airbench --whiten-eps 0", "--whiten-eps 0.0 must be positive, e.g. 0.0005 (airbench's)"),
-        ("--network airbench --whiten-eps -1", "--whiten-eps -1.0 must be positive"),
-        ("--network airbench --whiten-eps nan", "argument --whiten-eps: 'nan' is not a finite number"),
-    ]:
-        with pytest.raises(SystemExit) as e:
-            cifar10_main.parse(argv + flags.split())
-        assert e.value.code == 2 and message in capsys.readouterr().err, flags
-    assert not os.path.exists(str(tmp_path / "j"))
-
-
 def test_first_images_are_the_files_first_records_and_refuse_zero(mini_records):
     data = Cifar10DataSet(mini_records, "train")
     with tf.Graph().as_default(), v1.Session() as sess:
@@ -162,10 +144,7 @@ def test_group_depth_3_adds_airbench96s_third_convolution_inside_a_residual(tmp_
             z = bn3 + shortcut
             np.testing.assert_allclose(y, z * 0.5 * (1 + np.vectorize(erf)(z / np.sqrt(2))), atol=1e-5)
             assert np.abs(shortcut).max() > 0.1 and np.abs(bn3).max() > 0.1  # both terms count
-    assert (
-        registry.describe(hp(network="airbench", group_depth=3, activation="relu"))
-        == "airbench network, 3 convolutions per group, relu"
-    )
+    assert registry.describe(hp(network="airbench", group_depth=3)) == "airbench network, 3 convolutions per group"
     # A job dir of the other depth holds other variables: refused on restart (an older job's
     # hparams.json without the field was trained with 2).
     job = tmp_path / "job"
@@ -212,24 +191,20 @@ def test_both_data_formats_compute_the_same_function():
     assert np.abs(nhwc).max() > 1e-3
 
 
-@pytest.mark.parametrize(
-    "activation,training,serving",
-    [("gelu", True, False), ("gelu", False, False), ("gelu", False, True), ("relu", True, False)],
-)
-def test_activation_is_the_one_named_after_every_batch_norm(activation, training, serving):
-    # On x = batch-norm output, GELU(x) = x * Phi(x) by hand (Phi the normal CDF), ReLU(x) = max(x, 0).
+@pytest.mark.parametrize("training,serving", [(True, False), (False, False), (False, True)])
+def test_gelu_follows_every_batch_norm(training, serving):
+    # On x = batch-norm output, GELU(x) = x * Phi(x) by hand (Phi the normal CDF).
     from math import erf
 
+    activation = "gelu"
     with tf.Graph().as_default():
-        params = hp(network="airbench", width_multiplier=0.25, activation=activation)
+        params = hp(network="airbench", width_multiplier=0.25)
         model = registry.build(params, training, serving=serving)
         model.forward_pass(tf.random.uniform([2, 32, 32, 3], 0, 255, seed=3))
         assert len(model.relu_outputs) == 7  # after the whitening and each of the six batch norms
-        # Relu(x); GELU is fused_gelu, IdentityN(PartitionedCall(x), x) (XLA compiles the call), but in
-        # the graph exports serve tf.nn.gelu's 0.5 * x * (1 + erf(x / sqrt 2)): Mul(Mul(0.5, x), ...).
-        if activation == "relu":
-            pairs = [(y.op.inputs[0], y) for y in model.relu_outputs]
-        elif not serving:
+        # GELU is fused_gelu, IdentityN(PartitionedCall(x), x) (XLA compiles the call), but in the
+        # graph exports serve tf.nn.gelu's 0.5 * x * (1 + erf(x / sqrt 2)): Mul(Mul(0.5, x), ...).
+        if not serving:
             assert {y.op.type for y in model.relu_outputs} == {"IdentityN"}
             pairs = [(y.op.inputs[1], y) for y in model.relu_outputs]
         else:
@@ -238,13 +213,13 @@ def test_activation_is_the_one_named_after_every_batch_norm(activation, training
             sess.run(v1.global_variables_initializer())
             for x, y in sess.run(pairs):
                 phi = 0.5 * (1 + np.vectorize(erf)(x / np.sqrt(2)))
-                np.testing.assert_allclose(y, x * phi if activation == "gelu" else np.maximum(x, 0), atol=1e-5)
+                np.testing.assert_allclose(y, x * phi, atol=1e-5)
                 if training:  # batch statistics (not the moving ones, fresh here): both sides are seen
                     assert (x < -0.5).any() and (x > 0.5).any()
         op_types = {op.type for op in tf.compat.v1.get_default_graph().get_operations()}
         # tf.nn.gelu's Erf is in the graph only where GELU is not fused (its XLA function is apart).
-        assert ("Erf" in op_types) == (activation == "gelu" and serving)
-        assert ("PartitionedCall" in op_types) == (activation == "gelu" and not serving)
+        assert ("Erf" in op_types) == serving and activation == "gelu"
+        assert ("PartitionedCall" in op_types) == (not serving)
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
@@ -278,10 +253,10 @@ def test_fused_gelu_has_the_values_and_gradient_of_exact_gelu(dtype):
     assert y[-4:].tolist() == [0.0, 40.0, 0.0, x[-1] / 2] and grad[-3] == dy[-3]
 
 
-@pytest.mark.parametrize("towers,eps", [(1, 5e-4), (2, 5e-2)])
-def test_model_fn_initialises_the_whitening_from_the_training_records(mini_records, towers, eps):
-    # The second case also checks that --whiten-eps reaches the kernel.
-    params = hp(network="airbench", data_dir=mini_records, width_multiplier=0.25, num_cpu_towers=towers, whiten_eps=eps)
+@pytest.mark.parametrize("towers", [1, 2])
+def test_model_fn_initialises_the_whitening_from_the_training_records(mini_records, towers):
+    eps = airbench.WHITEN_EPS
+    params = hp(network="airbench", data_dir=mini_records, width_multiplier=0.25, num_cpu_towers=towers)
     with tf.Graph().as_default():
         v1.train.create_global_step()
         images = tf.random.uniform([6, 32, 32, 3], 0, 255, seed=1)
@@ -313,33 +288,6 @@ def test_resnet_flags_are_refused_with_airbench(mini_records, tmp_path, capsys, 
     assert not os.path.exists(str(tmp_path / "j"))
 
 
-def test_activation_resolves_to_the_networks_own_and_gelu_is_refused_for_resnets(mini_records, tmp_path, capsys):
-    from estimator import cifar10_main
-
-    argv = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0"]
-    resolved = {
-        flags: cifar10_main.parse(argv + flags.split()).activation
-        for flags in ("", "--network airbench", "--network airbench --activation relu", "--activation relu")
-    }
-    assert resolved == {
-        "": "relu",
-        "--network airbench": "gelu",
-        "--network airbench --activation relu": "relu",
-        "--activation relu": "relu",
-    }
-    assert registry.describe(hp(network="airbench", activation="relu")) == "airbench network, relu"
-    with pytest.raises(SystemExit) as e:
-        cifar10_main.parse(argv + ["--activation", "gelu"])
-    err = capsys.readouterr().err
-    assert (
-        e.value.code == 2 and "--activation gelu: the ResNets here use relu; drop it or use --network airbench" in err
-    )
-    with pytest.raises(SystemExit):
-        cifar10_main.parse(argv + ["--network", "airbench", "--activation", "tanh"])
-    assert "--activation: invalid choice: 'tanh' (choose from 'gelu', 'relu')" in capsys.readouterr().err
-    assert not os.path.exists(str(tmp_path / "j"))
-
-
 @pytest.mark.slow
 def test_an_airbench_job_trains_exports_predicts_and_refuses_a_resnet_restart(mini_records, tmp_path):
     job = str(tmp_path / "job")
@@ -365,21 +313,3 @@ def test_an_airbench_job_trains_exports_predicts_and_refuses_a_resnet_restart(mi
         assert not any("_XlaMustCompile" in f.attr for f in graph.library.function)
     code, out = run_job(mini_records, job, "--num-gpus", "0", "--train-steps", "4", "--train-batch-size", "32")
     assert code == 2 and "--network is resnet here, airbench in its hparams.json" in out, out[-2000:]
-
-
-def test_bias_gradients_scale_their_data_part_and_keep_their_decay():
-    from estimator.training.model_fn import scale_bias_gradients
-
-    with tf.Graph().as_default():
-        beta = v1.get_variable("bn/beta", initializer=[2.0, -1.0])
-        kernel = v1.get_variable("conv/kernel", initializer=[3.0])
-        unused = v1.get_variable("bn2/beta", initializer=[1.0])
-        gradvars = [(tf.constant([1.0, 1.0]), beta), (tf.constant([5.0]), kernel), (None, unused)]
-        scaled = scale_bias_gradients(gradvars, 64.0, 0.1)
-        assert [v for _, v in scaled] == [beta, kernel, unused] and scaled[2][0] is None
-        with v1.Session() as sess:
-            sess.run(v1.global_variables_initializer())
-            beta_grad, kernel_grad = sess.run([scaled[0][0], scaled[1][0]])
-    # beta: data part 1 - 0.1 x beta = (0.8, 1.1), times 64, plus the decay (0.2, -0.1) again.
-    np.testing.assert_allclose(beta_grad, [0.8 * 64 + 0.2, 1.1 * 64 - 0.1], rtol=1e-6)
-    assert kernel_grad.tolist() == [5.0]  # only batch-norm shifts

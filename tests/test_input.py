@@ -114,32 +114,6 @@ def test_cutout_greys_one_clipped_square_and_leaves_the_crop_as_it_was():
         Cifar10DataSet("", "train", cutout=33)
 
 
-def test_alternating_flips_show_each_image_the_other_way_every_next_epoch(small):
-    data_dir, batches = small
-    train = np.concatenate([hwc(batches[n][b"data"]) for n in fmt.SPLITS["train"]])
-    # Batches of 6 over 14 images: epochs end inside batches (after images 14 and 28).
-    data = Cifar10DataSet(data_dir, "train", seed=3, crop_padding=0, flip="alternate").dataset(6)
-    views = [(i, f, train[i][:, ::-1] if f else train[i]) for i in range(14) for f in (0, 1)]
-
-    def which(img):  # (image, mirrored)
-        match = [(i, f) for i, f, view in views if np.array_equal(img, view)]
-        assert len(match) == 1
-        return match[0]
-
-    seen = [which(img) for x, _ in data.take(7) for img in x.numpy()]  # in stream order
-    epochs = [dict(seen[e * 14 : (e + 1) * 14]) for e in range(3)]
-    assert all(sorted(epoch) == list(range(14)) for epoch in epochs)  # each image once per epoch
-    assert 0 < sum(epochs[0].values()) < 14  # the first views are random
-    for i in range(14):
-        assert epochs[1][i] == 1 - epochs[0][i] and epochs[2][i] == epochs[0][i]
-    # Random flips: some image shows the same view in the first two epochs.
-    data = Cifar10DataSet(data_dir, "train", seed=3, crop_padding=0).dataset(14)
-    first, second = (dict(which(img) for img in x.numpy()) for x, _ in data.take(2))
-    assert any(first[i] == second[i] for i in range(14))
-    with pytest.raises(ValueError, match="flip 'sideways' must be one of random, alternate"):
-        Cifar10DataSet(data_dir, "train", flip="sideways")
-
-
 def test_seed_fixes_order_and_distortion(small):
     data_dir, _ = small
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -49,9 +50,12 @@ def snapshot(directory):
         (["--cutout", "33"], "--cutout 33 must be a square side from 0 to 32 pixels"),
         (["--cutout", "8", "--no-use-distortion-for-training"], "--cutout 8 is a training distortion"),
         (["--crop-padding=-1"], "--crop-padding -1 must be from 0 to 16 pixels"),
-        (["--flip", "alternate", "--no-use-distortion-for-training"], "--flip alternate is a training distortion"),
-        (["--flip", "sideways"], "argument --flip: invalid choice: 'sideways'"),
-        (["--bias-lr-scale", "0"], "--bias-lr-scale 0.0 must be positive, e.g. 64"),
+        # Retired options: one line saying so, whatever their value.
+        (["--flip", "alternate"], "--flip was retired in 0.3.0 \\(alternating flips did not beat random ones"),
+        (["--bias-lr-scale", "64"], "--bias-lr-scale was retired in 0.3.0 \\(airbench's 64x rate"),
+        (["--ensemble=2"], "--ensemble was retired in 0.3.0 \\(two networks of half the epochs"),
+        (["--whiten-eps", "5e-3"], "--whiten-eps was retired in 0.3.0 \\(ten times airbench's whitening floor"),
+        (["--activation", "relu"], "--activation was retired in 0.3.0 \\(ReLU for the airbench network's GELU"),
     ],
 )
 def test_numbers_are_checked_at_parse_time(mini_records, tmp_path, capsys, flags, message):
@@ -68,6 +72,27 @@ def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records
     job = str(tmp_path / "job")
     code, out = run_job(mini_records, job, *SMALL, *"--train-steps 2 --eval-policy final --export false".split())
     assert code == 0, out[-3000:]
+    # As version 0.2.0 wrote it: with the options 0.3.0 retired, off. They do not stop a restart (below).
+    path = os.path.join(job, "hparams.json")
+    record = json.load(open(path))
+    record["hparams"].update(activation="relu", whiten_eps=0.0005, bias_lr_scale=1.0, ensemble=1, flip="random")
+    with open(path, "w") as f:
+        json.dump(record, f)
+    # One that trained with a retired option switched on is refused, and left as it was.
+    retired = str(tmp_path / "retired")
+    shutil.copytree(job, retired)
+    record["hparams"].update(ensemble=2, flip="alternate")
+    with open(os.path.join(retired, "hparams.json"), "w") as f:
+        json.dump(record, f)
+    before = snapshot(retired)
+    code, out = run_job(mini_records, retired, *SMALL, "--train-steps", "4")
+    assert code == 2 and snapshot(retired) == before
+    assert (
+        "was trained with --ensemble 2 (two networks of half the epochs each tied one network at 30 minutes) and "
+        "--flip alternate (alternating flips did not beat random ones at 5 or 30 minutes), retired in version "
+        "0.3.0: this version cannot restart it. Use another --job-dir (or version 0.2.0 of the package to finish "
+        "that job)." in out
+    ), out[-2000:]
     before = snapshot(job)
     code, out = run_job(
         mini_records,

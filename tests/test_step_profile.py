@@ -24,14 +24,11 @@ def test_ops_fall_in_their_group(op_type, node_name, group):
     assert step_profile.group_of(op_type, node_name) == group
 
 
-@pytest.mark.parametrize("activation", ["gelu", "relu"])
-def test_an_airbench_step_is_profiled_with_its_gelu_and_pools(mini_records, activation):
-    result = step_profile.profile(
-        8, 8, "fp32", 0.25, 1, 1, network="airbench", activation=activation, group_depth=2, data_dir=mini_records
-    )
+def test_an_airbench_step_is_profiled_with_its_gelu_and_pools(mini_records):
+    result = step_profile.profile(8, 8, "fp32", 0.25, 1, 1, network="airbench", group_depth=2, data_dir=mini_records)
     groups = result["groups_ms"]
     assert groups["convolution"] > 0 and groups["max pool"] > 0 and result["images_per_sec"] > 0
-    assert ("GELU" in groups) == (activation == "gelu")
+    assert groups["GELU"] > 0
     assert sum(groups.values()) == pytest.approx(result["op_ms_per_step"], abs=0.05)
     # The slowest single ops name their layer: a convolution gradient of one of the three groups.
     assert any("Conv2DBackprop" in n and "/group" in n for n in result["top_nodes_ms"])

@@ -374,10 +374,10 @@ def test_the_networks_code_digest_follows_every_byte_of_it(tmp_path):
     b.write_text("y = 3\n")
     assert precision.network_code_digest([str(a), str(b)]) != digest
     # By default: the modules that build the networks the probes time.
-    from estimator.networks import airbench, ensemble, layers, registry, resnet
+    from estimator.networks import airbench, layers, registry, resnet
     from estimator.ops import filter_gradient, gelu
 
-    modules = [m.__file__ for m in (airbench, registry, resnet, ensemble, filter_gradient, layers, gelu)]
+    modules = [m.__file__ for m in (airbench, registry, resnet, filter_gradient, layers, gelu)]
     assert precision.network_code_digest() == precision.network_code_digest(modules)
 
 

@@ -11,7 +11,7 @@ from estimator.cloud import vertex_job
 from estimator.tuning import spec as spec_lib
 from tests.helpers import AIPLATFORM_SCHEMAS, REPO, check
 
-PACKAGE = "gs://bucket/packages/cifar10-resnet-estimator-0.2.0.tar.gz"
+PACKAGE = "gs://bucket/packages/cifar10-resnet-estimator-0.3.0.tar.gz"
 TRAINER = ["--data-dir=gs://bucket/cifar-10-data", "--num-gpus=2", "--variable-strategy=GPU"]
 
 

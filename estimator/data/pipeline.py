@@ -5,8 +5,7 @@ model rescales them), labels as int32 ``[batch]``.
 
 Training batches are shuffled, repeated, and (with ``use_distortion``) padded
 to 40x40, randomly cropped back to 32x32 and randomly flipped left-right, as in
-He et al. 2016, Sec. 4.2 (``crop_padding`` sets the 4 pixels of padding; ``flip="alternate"``
-mirrors each image every other epoch instead of at random, as airbench does); with
+He et al. 2016, Sec. 4.2 (``crop_padding`` sets the 4 pixels of padding); with
 ``cutout`` a square of that many pixels a side, centred anywhere in the image,
 is then greyed out (DeVries & Taylor 2017). Decoding and distortion run on whole
 batches (vectorised), not per image: per-image ``map`` calls cost more than the
@@ -28,7 +27,6 @@ import tensorflow as tf
 from estimator.common import storage
 from estimator.data import records as fmt
 
-FLIPS = ("random", "alternate")  # how training images are mirrored (Cifar10DataSet's flip)
 PAD = 4  # pixels of zero padding on each side before the random 32x32 crop (He et al. 2016)
 MAX_PAD = 16
 # What cutout fills its square with: mid-grey, 0 after the model's scaling x / 128 - 1 (DeVries &
@@ -74,7 +72,7 @@ def decode(serialized):
     return image, tf.cast(features[fmt.LABEL_KEY], tf.int32)
 
 
-def distort(images, seed, cutout: int = 0, padding: int = PAD, flips=None):
+def distort(images, seed, cutout: int = 0, padding: int = PAD):
     """Pads each image by ``padding`` pixels (to 40x40), crops a random 32x32 window, maybe flips it,
     and (``cutout`` > 0) greys out a ``cutout`` x ``cutout`` square centred on a random pixel, clipped
     at the borders.
@@ -88,15 +86,13 @@ def distort(images, seed, cutout: int = 0, padding: int = PAD, flips=None):
       seed: shape ``[2]`` int tensor for the stateless random draws.
       cutout: side of the square in pixels; 0: none.
       padding: zero pixels added on each side before the crop: shifts of up to that many pixels.
-      flips: ``[B]`` bool tensor, which images to mirror (``alternating_flips``); None: each with
-        probability 1/2.
     """
     batch, channels = tf.shape(images)[0], tf.shape(images)[3]
     size = fmt.HEIGHT + 2 * padding
     padded = tf.pad(images, [[0, 0], [padding, padding], [padding, padding], [0, 0]])
     draws = tf.random.stateless_uniform([batch, 3], seed=seed)
     offsets = tf.cast(draws[:, :2] * (2 * padding + 1), tf.int32)  # 0..8 for rows, cols with 4
-    flip = draws[:, 2] < 0.5 if flips is None else flips
+    flip = draws[:, 2] < 0.5
     cols = tf.range(fmt.WIDTH)
     cols = tf.where(flip[:, None], fmt.WIDTH - 1 - cols, cols) + offsets[:, 1:2]  # [B, 32]
     rows = tf.range(fmt.HEIGHT)[None, :] + offsets[:, 0:1]  # [B, 32]
@@ -106,28 +102,6 @@ def distort(images, seed, cutout: int = 0, padding: int = PAD, flips=None):
     if cutout:
         images = _cut_out(images, tf.random.experimental.stateless_fold_in(seed, 1), cutout)
     return images
-
-
-def first_views(epoch_size: int, seed):
-    """Which training images ``alternating_flips`` mirrors in their first epoch: ``[epoch_size]``
-    bools, each true with probability 1/2, drawn from ``seed`` (shape ``[2]``)."""
-    return tf.random.stateless_uniform([epoch_size], seed=seed) < 0.5
-
-
-def alternating_flips(ids, positions, first):
-    """airbench's alternating flip (Jordan 2024): each image is mirrored or not at random in its first
-    epoch, then the other way in every next epoch, so any two consecutive epochs show both views of
-    every image (random flips leave about a quarter of the images in one view over two epochs).
-
-    Args:
-      ids: ``[B]`` int64 positions of the images in the (unshuffled) training files.
-      positions: ``[B]`` int64 positions of the images in the stream of training images since the
-        input started: ``positions // epoch_size`` is the epoch.
-      first: ``first_views``, one per training image (``epoch_size`` of them).
-    """
-    epoch_size = tf.cast(tf.size(first), tf.int64)
-    odd_epoch = tf.math.floormod(tf.math.floordiv(positions, epoch_size), 2) == 1
-    return tf.math.logical_xor(tf.gather(first, ids), odd_epoch)
 
 
 def _cut_out(images, seed, size: int):
@@ -147,8 +121,8 @@ def _cut_out(images, seed, size: int):
 # XLA fuses pad, index arithmetic, gather and cast into one kernel: about 1.3x
 # the throughput of the same ops run one by one (benchmarks/input_pipeline.py).
 @tf.function(jit_compile=True)
-def _distort_to_float(images, seed, cutout: int = 0, padding: int = PAD, flips=None):
-    return tf.cast(distort(images, seed, cutout, padding, flips), tf.float32)
+def _distort_to_float(images, seed, cutout: int = 0, padding: int = PAD):
+    return tf.cast(distort(images, seed, cutout, padding), tf.float32)
 
 
 def pipeline_options() -> tf.data.Options:
@@ -176,7 +150,6 @@ class Cifar10DataSet(object):
         also=(),
         cutout: int = 0,
         crop_padding: int = PAD,
-        flip: str = "random",
     ):
         """
         Args:
@@ -185,8 +158,6 @@ class Cifar10DataSet(object):
           use_distortion: crop and flip training images (ignored for other subsets).
           cutout: with ``use_distortion``, also grey out a square of this side (0: none).
           crop_padding: with ``use_distortion``, the padding before the random crop (0: flips only).
-          flip: with ``use_distortion``, ``random`` (each image with probability 1/2) or ``alternate``
-            (``alternating_flips``).
           seed: seed for shuffling and distortion; None draws one.
           also: further subsets to train on with ``train`` (``validation``: a final model on
             50,000 images); shuffled together, counted together.
@@ -203,9 +174,6 @@ class Cifar10DataSet(object):
             raise ValueError("cutout %s must be a square side from 0 to %d pixels." % (cutout, fmt.HEIGHT))
         if not 0 <= crop_padding <= MAX_PAD:
             raise ValueError("crop padding %s must be from 0 to %d pixels." % (crop_padding, MAX_PAD))
-        if flip not in FLIPS:
-            raise ValueError("flip %r must be one of %s." % (flip, ", ".join(FLIPS)))
-        self.flip = flip
         self.cutout = int(cutout)
         self.crop_padding = int(crop_padding)
         self.data_dir = data_dir
@@ -274,25 +242,15 @@ class Cifar10DataSet(object):
             # The whole training set fits in memory (40,000 x 3 KB): a full
             # shuffle buffer gives a true random permutation each epoch.
             epoch_size = self.num_examples_per_epoch()
-            alternate = self.use_distortion and self.flip == "alternate"
-            if alternate:
-                # Each record with its position in the files: the image's identity for its flips.
-                records = records.enumerate()
-                first = first_views(epoch_size, tf.constant([self.seed, -1], tf.int64))  # once, not per batch
             records = records.shuffle(epoch_size, seed=self.seed, reshuffle_each_iteration=True)
             batches = records.repeat().batch(batch_size, drop_remainder=True).enumerate()
             distort_images, cutout, padding = self.use_distortion, self.cutout, self.crop_padding
 
-            def parse(index, batch):
-                ids, serialized = batch if alternate else (None, batch)
+            def parse(index, serialized):
                 images, labels = decode(serialized)
                 if distort_images:
                     seed = tf.stack([tf.cast(self.seed, tf.int64), index])
-                    flips = None
-                    if alternate:
-                        positions = index * batch_size + tf.range(batch_size, dtype=tf.int64)
-                        flips = alternating_flips(ids, positions, first)
-                    images = _distort_to_float(images, seed, cutout, padding, flips)
+                    images = _distort_to_float(images, seed, cutout, padding)
                 else:
                     images = tf.cast(images, tf.float32)
                 images.set_shape([batch_size, fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH])

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from estimator.common import logs, storage, tensor_names
+from estimator.common.options import HealthAction
 from estimator.data import records as fmt
 from estimator.health import probes, rules
 from estimator.reporting import pictures, summaries
@@ -112,7 +113,7 @@ class HealthMonitor(object):
         logs.warning("health: step %d: %s", step, message)
         if self._is_chief:
             append_record(self.hp.job_dir, entry)
-        if self.action == "stop":
+        if self.action == HealthAction.STOP:
             raise HealthStop(
                 "training stopped at step %d by the health rule %s (--health-checks stop): %s "
                 "Last checkpoint: %s." % (step, rule, message, tf.train.latest_checkpoint(self.hp.job_dir) or "none")
@@ -274,7 +275,7 @@ class EvalHealth(tf.estimator.Exporter):
                 ),
                 step,
             )
-        if hp.health_checks == "off":
+        if hp.health_checks == HealthAction.OFF:
             return None
         values = {}
         per_class = [float(eval_result.get("per_class_accuracy/" + n, math.nan)) for n in fmt.CLASS_NAMES]

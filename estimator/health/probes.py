@@ -16,6 +16,8 @@ import weakref
 
 import tensorflow as tf
 
+from estimator.common.options import DataFormat
+
 v1 = tf.compat.v1
 
 _PROBES = weakref.WeakKeyDictionary()
@@ -48,7 +50,7 @@ def add(gradvars, learning_rate, weight_decay: float, scaled_input, relus, data_
         data_grads = [tf.cast(g, tf.float32) - weight_decay * w for g, w in kernels]
         rate = tf.cast(learning_rate, tf.float32)
         mean, variance = tf.nn.moments(tf.cast(scaled_input, tf.float32), axes=[0, 1, 2, 3])
-        channel = 1 if data_format == "channels_first" else 3
+        channel = 1 if data_format == DataFormat.CHANNELS_FIRST else 3
         probes = {
             "grad_mean_abs": tf.stack([tf.reduce_mean(tf.abs(g)) for g in data_grads]),
             "update_ratio": tf.stack([rate * tf.norm(g) / (tf.norm(w) + 1e-12) for g, w in kernels]),

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from estimator.common.options import DataFormat, Precision
 from estimator.ops import filter_gradient
 
 v1 = tf.compat.v1
 
-DATA_FORMATS = ("channels_first", "channels_last")
+DATA_FORMATS = DataFormat.values()
 
 # --precision -> the dtype convolutions and activations compute in. Variables,
 # batch-norm statistics, logits and the loss stay float32 in every mode (the
 # Model Garden ``official/r1/resnet`` route), so checkpoints do not depend on
 # the precision that wrote them.
-COMPUTE_DTYPES = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
+COMPUTE_DTYPES = {Precision.FP32: tf.float32, Precision.BF16: tf.bfloat16, Precision.FP16: tf.float16}
 
 
 class ResNet(object):
@@ -64,7 +65,7 @@ class ResNet(object):
 
     @property
     def _nchw(self) -> bool:
-        return self._data_format == "channels_first"
+        return self._data_format == DataFormat.CHANNELS_FIRST
 
     @property
     def _channel_axis(self) -> int:

@@ -7,38 +7,23 @@
 
 from __future__ import annotations
 
-from estimator.networks import airbench, ensemble
+from estimator.common.options import Network
+from estimator.networks import airbench
 from estimator.networks.resnet import ResNetCifar10
 
 # --network: the family of ResNetCifar10 (--num-layers, --resnet-version) or airbench94's network.
-NETWORKS = ("resnet", "airbench")
-# --activation: what --network airbench may use; each network's own when the flag is not given.
-ACTIVATIONS = tuple(airbench.ACTIVATIONS)
-DEFAULT_ACTIVATIONS = {"resnet": "relu", "airbench": "gelu"}
-
-
-def activation_of(hp) -> str:
-    """``hp.activation``, or the network's own where it is None (parsed flags; hparams.json of older
-    jobs). ``hp``: HParams or the parsed flags."""
-    return hp.activation or DEFAULT_ACTIVATIONS[hp.network]
+NETWORKS = Network.values()
 
 
 def describe(hp) -> str:
-    """The network of ``hp`` in words, for logs and errors: "ResNet-14 v1 x2 wide", "airbench network",
-    "ensemble of 2 airbench networks"."""
+    """The network of ``hp`` in words, for logs and errors: "ResNet-14 v1 x2 wide", "airbench network"."""
     width = "" if hp.width_multiplier == 1 else " x%g wide" % hp.width_multiplier
-    if hp.network == "airbench":
-        activation = activation_of(hp)
-        name = "airbench network%s%s%s" % (
+    if hp.network == Network.AIRBENCH:
+        return "airbench network%s%s" % (
             width,
             "" if hp.group_depth == 2 else ", %d convolutions per group" % hp.group_depth,
-            "" if activation == DEFAULT_ACTIVATIONS["airbench"] else ", " + activation,
         )
-    else:
-        name = "ResNet-%d %s%s" % (hp.num_layers, hp.resnet_version, width)
-    if hp.ensemble > 1:
-        return "ensemble of %d %s" % (hp.ensemble, name.replace("network", "networks", 1))
-    return name
+    return "ResNet-%d %s%s" % (hp.num_layers, hp.resnet_version, width)
 
 
 def build(hp, is_training: bool, precision: str = None, whitening=None, serving: bool = False):
@@ -48,19 +33,10 @@ def build(hp, is_training: bool, precision: str = None, whitening=None, serving:
     (``airbench.whitening_kernel``), used when variables are initialised (training from
     scratch); ignored by ResNets. ``serving``: the graph exported models serve, built from
     TensorFlow's plain ops only (the airbench network's GELU is otherwise XLA-compiled:
-    ``airbench.fused_gelu``). With ``hp.ensemble`` > 1: an ``ensemble.Ensemble`` of that many
-    such networks (each member's whitening starts from the same kernel).
+    ``estimator.ops.gelu``).
     """
-    if hp.ensemble > 1:
-        return ensemble.Ensemble(
-            [_build_one(hp, is_training, precision, whitening, serving) for _ in range(hp.ensemble)]
-        )
-    return _build_one(hp, is_training, precision, whitening, serving)
-
-
-def _build_one(hp, is_training: bool, precision: str = None, whitening=None, serving: bool = False):
     precision = precision or hp.precision
-    if hp.network == "airbench":
+    if hp.network == Network.AIRBENCH:
         return airbench.AirbenchCifar10(
             is_training,
             hp.batch_norm_decay,
@@ -69,11 +45,10 @@ def _build_one(hp, is_training: bool, precision: str = None, whitening=None, ser
             precision,
             width_multiplier=hp.width_multiplier,
             whitening=whitening,
-            activation=activation_of(hp),
             group_depth=hp.group_depth,
             fused_activation=not serving,
         )
-    if hp.network != "resnet":
+    if hp.network != Network.RESNET:
         raise ValueError("network %r is not one of %s." % (hp.network, ", ".join(NETWORKS)))
     return ResNetCifar10(
         hp.num_layers,

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from estimator.common.options import ResNetVersion
 from estimator.data import records as fmt
 from estimator.networks import layers
 
-VERSIONS = ("v1", "v2", "bottleneck_v2")
+VERSIONS = ResNetVersion.values()
 
 
 def check_depth(num_layers: int, version: str = "v1") -> int:
     """Returns n, the residual units per stage, or raises ValueError naming the depth."""
     if version not in VERSIONS:
         raise ValueError("ResNet version %r is not one of %s." % (version, ", ".join(VERSIONS)))
-    per_unit = 9 if version == "bottleneck_v2" else 6
+    per_unit = 9 if version == ResNetVersion.BOTTLENECK_V2 else 6
     if num_layers < per_unit + 2 or (num_layers - 2) % per_unit:
         examples = "29, 47, 164" if per_unit == 9 else "20, 32, 44, 56, 110"
         raise ValueError(
@@ -60,9 +61,9 @@ class ResNetCifar10(layers.ResNet):
         self.n = check_depth(num_layers, version)
         self.version = version
         self.num_classes = fmt.NUM_CLASSES
-        base = [16, 64, 128, 256] if version == "bottleneck_v2" else [16, 16, 32, 64]
+        base = [16, 64, 128, 256] if version == ResNetVersion.BOTTLENECK_V2 else [16, 16, 32, 64]
         self.filters = [int(round(f * check_width(width_multiplier))) for f in base]
-        if zero_init_residual and version != "v1":
+        if zero_init_residual and version != ResNetVersion.V1:
             raise ValueError(
                 "zero_init_residual zeroes the last batch norm of v1 units; %s units end with a convolution: "
                 "drop --zero-init-residual or use --resnet-version v1." % version
@@ -80,7 +81,7 @@ class ResNetCifar10(layers.ResNet):
         self.scaled_input = x
 
         x = self._conv(x, 3, self.filters[0], 1, name="init_conv")
-        if self.version == "v1":
+        if self.version == ResNetVersion.V1:
             x = self._relu(self._batch_norm(x, name="init_bn"))
         for stage in range(3):
             for unit in range(self.n):
@@ -88,15 +89,15 @@ class ResNetCifar10(layers.ResNet):
                 stride = self.strides[stage] if unit == 0 else 1
                 name = "stage%d/unit%d" % (stage + 1, unit + 1)
                 out_filter = self.filters[stage + 1]
-                if self.version == "v1":
+                if self.version == ResNetVersion.V1:
                     x = self._residual_v1(x, 3, in_filter, out_filter, stride, name=name)
                 else:
-                    unit_fn = self._residual_v2 if self.version == "v2" else self._bottleneck_residual_v2
+                    unit_fn = self._residual_v2 if self.version == ResNetVersion.V2 else self._bottleneck_residual_v2
                     # The first unit of the network shares the stem's activation.
                     x = unit_fn(
                         x, in_filter, out_filter, stride, activate_before_residual=stage == 0 and unit == 0, name=name
                     )
-        if self.version != "v1":
+        if self.version != ResNetVersion.V1:
             x = self._relu(self._batch_norm(x, name="final_bn"))
         x = self._global_avg_pool(x)
         return self._fully_connected(x, self.num_classes)

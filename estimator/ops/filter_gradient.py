@@ -19,8 +19,6 @@ so in bf16 they are also closer to the exact sum than TensorFlow's kernel (docs/
 
 from __future__ import annotations
 
-import contextlib
-
 import tensorflow as tf
 
 from estimator.ops import probe_cache
@@ -31,7 +29,6 @@ MAX_POSITIONS = 64
 PROBE_WARMUP = 2
 PROBE_RUNS = 5
 NATIVE, MATMULS = "native", "matmuls"
-_native_only = False
 
 
 def filter_gradient_matmuls(x, dy, kernel_size: int):
@@ -154,18 +151,6 @@ def choose(x_shape, kernel_shape, dtype, cpu=None, timer=time_filter_gradients, 
     return MATMULS if timing[MATMULS] < timing[NATIVE] else NATIVE
 
 
-@contextlib.contextmanager
-def native_only(enabled: bool = True):
-    """Within it (``enabled``), networks built take TensorFlow's filter gradients everywhere (what
-    ``benchmarks.filter_gradient_speed`` times the measured choice against)."""
-    global _native_only
-    before, _native_only = _native_only, enabled
-    try:
-        yield
-    finally:
-        _native_only = before
-
-
 def faster_sides(x_shape, kernel_shape, dtype, choose_fn=None) -> list:
     """The sides of the square maps on which this candidate convolution's filter gradient was measured
     faster as matrix products: its own map's (if that is known and square), or, for a map known only as
@@ -183,7 +168,7 @@ def conv2d(x, kernel, strides: int, padding: str, data_format: str, training: bo
     """``tf.nn.conv2d``, whose kernel gradient is computed as matrix products on the maps where that was
     measured faster for this shape on this CPU (training graphs only)."""
     x_shape, kernel_shape = tuple(x.shape.as_list()), tuple(kernel.shape.as_list())
-    if training and not _native_only and is_candidate(x_shape, kernel_shape, x.dtype, strides, padding, data_format):
+    if training and is_candidate(x_shape, kernel_shape, x.dtype, strides, padding, data_format):
         sides = faster_sides(x_shape, kernel_shape, x.dtype)
         if sides:
             return conv2d_matmul_gradient(x, kernel, None if None not in x_shape else sides)

@@ -39,7 +39,7 @@ HEARTBEAT_SECS = 30.0
 STALE_SECS = 300.0
 
 # What shapes the checkpoint: its variables and their shapes.
-NETWORK_FLAGS = ("network", "num_layers", "resnet_version", "width_multiplier", "group_depth", "ensemble")
+NETWORK_FLAGS = ("network", "num_layers", "resnet_version", "width_multiplier", "group_depth")
 # Flags whose value may change on a restart, but whose being on or off changes the checkpoint's variables.
 SWITCH_FLAGS = ("ema_decay", "lookahead")
 
@@ -201,7 +201,8 @@ class JobDirLock:
 
 
 def check_same_network(hp) -> None:
-    """Raises ``ForeignJobDirError`` if ``hp.job_dir``'s hparams.json records another network.
+    """Raises ``ForeignJobDirError`` if ``hp.job_dir``'s hparams.json records another network, or an
+    option this version retired (``hparams.RETIRED``) switched on: it cannot be trained on.
 
     Reads only; the job dir is left exactly as it was.
     """
@@ -210,6 +211,13 @@ def check_same_network(hp) -> None:
     if not storage.exists(path):
         return
     recorded = json.loads(storage.read_text(path)).get("hparams", {})
+    retired = hparams.retired_in(recorded)
+    if retired:
+        raise ForeignJobDirError(
+            "%s was trained with %s, retired in version 0.3.0: this version cannot restart it. Use another "
+            "--job-dir (or version 0.2.0 of the package to finish that job)."
+            % (hp.job_dir, " and ".join("%s %s (%s)" % r for r in retired))
+        )
     defaults = hparams.HParams(data_dir="", job_dir="")
     differences = []
     for name in NETWORK_FLAGS + SWITCH_FLAGS:

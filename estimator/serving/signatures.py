@@ -93,7 +93,7 @@ def check_checkpoint(checkpoint_path: str, variables, hp) -> None:
             found = "missing" if name not in stored else "shaped %s" % stored[name]
             raise CheckpointMismatchError(
                 "%s does not hold a %s: its variable %s is %s (want %s). It was trained with other --network, "
-                "--num-layers, --resnet-version, --width-multiplier, --ensemble or --ema-decay: pass the job's own "
+                "--num-layers, --resnet-version, --group-depth, --width-multiplier or --ema-decay: pass the job's own "
                 "hparams (--job-dir of that job)." % (checkpoint_path, registry.describe(hp), name, found, shape)
             )
 

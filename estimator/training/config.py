@@ -27,7 +27,6 @@ from estimator.common import cluster as cluster_lib
 from estimator.common import storage
 from estimator.data import records as fmt
 from estimator.data.pipeline import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
-from estimator.networks import registry
 from estimator.training import devices
 from estimator.training import hparams as hparams_lib
 
@@ -94,7 +93,6 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
         # Training on the validation split leaves nothing to validate on: train, then test.
         eval_policy="final" if fmt.VALIDATION in train_subsets else args.eval_policy,
         lr_decay_steps=None if args.lr_decay_steps is None else tuple(args.lr_decay_steps),
-        activation=registry.activation_of(args),
         data_format=args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last"),
         cluster=cluster,
         num_workers=cluster.num_workers,

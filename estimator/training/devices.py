@@ -11,6 +11,8 @@ type and index, so the two compose.
 
 from __future__ import annotations
 
+from estimator.common.options import VariableStrategy
+
 # TensorFlow is imported where used: hparams (and so the cloud-side commands
 # that only read flags) need tower_devices without it.
 
@@ -69,11 +71,11 @@ def device_setter(worker_device: str, parameter_device):
 
 def parameter_devices(variable_strategy: str, towers):
     """The device (or placer over devices) that holds the variables."""
-    if variable_strategy == "GPU":
+    if variable_strategy == VariableStrategy.GPU:
         return GreedyPlacer(towers)
     return "/cpu:0"
 
 
 def consolidation_device(variable_strategy: str) -> str:
     """Where the learning-rate schedule, optimizer step and metrics run."""
-    return "/gpu:0" if variable_strategy == "GPU" else "/cpu:0"
+    return "/gpu:0" if variable_strategy == VariableStrategy.GPU else "/cpu:0"

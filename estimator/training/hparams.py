@@ -17,15 +17,26 @@ import shlex
 from dataclasses import dataclass, field
 
 from estimator.common.cluster import Cluster
+from estimator.common.options import (
+    DataFormat,
+    EvalPolicy,
+    HealthAction,
+    LrScaling,
+    LrSchedule,
+    Network,
+    Precision,
+    ResNetVersion,
+    VariableStrategy,
+)
 from estimator.data import pipeline
 from estimator.data import records as fmt
 from estimator.networks import airbench, registry, resnet
 from estimator.networks.layers import COMPUTE_DTYPES, DATA_FORMATS
 from estimator.training import devices, schedules, time_budget
 
-EVAL_POLICIES = ("periodic", "final")
-AUTO = "auto"  # --precision auto: chosen by estimator.training.precision
-HEALTH_ACTIONS = ("off", "warn", "stop")
+EVAL_POLICIES = EvalPolicy.values()
+AUTO = Precision.AUTO  # --precision auto: chosen by estimator.training.precision
+HEALTH_ACTIONS = HealthAction.values()
 
 
 NONNEGATIVE = "nonnegative"  # a threshold's lower bound: 0 allowed
@@ -46,23 +57,14 @@ class HParams:
 
     data_dir: str
     job_dir: str
-    variable_strategy: str = "CPU"
+    variable_strategy: VariableStrategy = VariableStrategy.CPU
     num_gpus: int = 1
     num_cpu_towers: int = 0
     num_layers: int = 44
-    resnet_version: str = "v1"
+    resnet_version: ResNetVersion = ResNetVersion.V1
     # resnet: ResNetCifar10 (num_layers, resnet_version); airbench: airbench94's network
     # (estimator.networks.airbench), which ignores both.
-    network: str = "resnet"
-    # The airbench network's nonlinearity: gelu (airbench's) or relu (which TensorFlow fuses into
-    # batch norm on the CPU: 1.13x the images/s in a 30-minute bf16 run on a Zen 5).
-    # ResNets: relu. None: the network's own.
-    activation: str = None
-    # The airbench network's whitening: added to each eigenvalue of the 2x2 patches' covariance,
-    # relative to their mean (airbench's 5e-4). Larger damps the flattest directions, where JPEG
-    # copies of CIFAR-10 hold less signal than the original pixels; ten times the floor cost 0.45 at
-    # 30 minutes on the JPEG stand-in (docs/experiments.md), so the default stays airbench's.
-    whiten_eps: float = airbench.WHITEN_EPS
+    network: Network = Network.RESNET
     # The airbench network's 3x3 convolutions per group: 2 (airbench94's) or 3 (airbench96's, a residual
     # around the last two; about 1.36x the FLOPs per image).
     group_depth: int = 2
@@ -75,24 +77,18 @@ class HParams:
     momentum: float = 0.9
     weight_decay: float = 2e-4
     learning_rate: float = 0.1
-    lr_schedule: str = "piecewise"
+    lr_schedule: LrSchedule = LrSchedule.PIECEWISE
     lr_decay_steps: tuple = None
     warmup_epochs: float = None
-    lr_scaling: str = "none"
+    lr_scaling: LrScaling = LrScaling.NONE
     nesterov: bool = False
     label_smoothing: float = 0.0
-    # Learning rate of the batch-norm shifts (beta) times this, their weight decay unchanged
-    # (airbench's bias_scaler, 64).
-    bias_lr_scale: float = 1.0
-    precision: str = "fp32"
+    precision: Precision = Precision.FP32
     # --precision auto: images/s of each precision the probe timed ({} where the CPU ruled bf16 out).
     precision_probe: dict = None
     # Filters of every layer times this (16, 32, 64 for 1): wider layers may use the CPU's
     # matrix units better per FLOP.
     width_multiplier: float = 1.0
-    # Networks of that shape trained side by side on the same batches, each from its own loss; their
-    # logits averaged (estimator.networks.ensemble). 1: one network, as the original.
-    ensemble: int = 1
     # Goyal et al. 2017: the last batch norm of each residual unit starts at gamma 0.
     zero_init_residual: bool = False
     # Weights averaged over training, used to evaluate and export (0: off).
@@ -102,7 +98,7 @@ class HParams:
     lookahead: bool = False
     # What training reads: the training split, or (a final model) training and validation splits.
     train_subsets: tuple = ("train",)
-    eval_policy: str = "periodic"
+    eval_policy: EvalPolicy = EvalPolicy.PERIODIC
     # Flip TTA costs a second forward pass: the final test evaluation pays it with
     # --eval-flip-tta; the validation evaluations during training only with
     # --validation-flip-tta (so hparams.json says which evaluations had it).
@@ -122,13 +118,10 @@ class HParams:
     # side at first, growing to 32 by the fraction progressive_resize_until of training; 0: off.
     progressive_resize: int = 0
     progressive_resize_until: float = schedules.RESIZE_UNTIL
-    # How training images are mirrored: random (probability 1/2) or alternate (airbench: a random
-    # first view, then the other one every next epoch).
-    flip: str = "random"
     sync: bool = False
     num_intra_threads: int = 0
     num_inter_threads: int = 0
-    data_format: str = "channels_last"
+    data_format: DataFormat = DataFormat.CHANNELS_LAST
     log_device_placement: bool = False
     batch_norm_decay: float = 0.997
     batch_norm_epsilon: float = 1e-5
@@ -143,7 +136,7 @@ class HParams:
     verbose: bool = False
     histograms: bool = True
     # Health rules (estimator.health.rules: sources of the defaults there).
-    health_checks: str = "warn"
+    health_checks: HealthAction = HealthAction.WARN
     health_every_n_steps: int = _threshold(100, 0)
     health_init_loss_tolerance: float = _threshold(
         0.25, 0, help="Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019)."
@@ -193,6 +186,13 @@ class HParams:
     num_workers: int = 1
     num_train_examples: int = 0
     tensorboard_dir: str = None
+
+    def __post_init__(self):
+        # Flags and hparams.json give the choices as strings: held as their enums (equal to the strings).
+        for name, choice in _CHOICES.items():
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, choice):
+                object.__setattr__(self, name, choice(value))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -255,6 +255,20 @@ class HParams:
     def validates(self) -> bool:
         """False when the validation split is training data (``--train-subsets train validation``)."""
         return fmt.VALIDATION not in self.train_subsets
+
+
+# The HParams fields that hold a choice, and its type.
+_CHOICES = {
+    "variable_strategy": VariableStrategy,
+    "resnet_version": ResNetVersion,
+    "network": Network,
+    "lr_schedule": LrSchedule,
+    "lr_scaling": LrScaling,
+    "precision": Precision,
+    "eval_policy": EvalPolicy,
+    "data_format": DataFormat,
+    "health_checks": HealthAction,
+}
 
 
 def health_thresholds():
@@ -349,67 +363,146 @@ class _BoolFlag(argparse.Action):
                 parser.error("%s: %s" % (option_string, e))
 
 
+# Options retired in 0.3.0: experiments that did not pay (docs/experiments.md), taken out of the code.
+# Each: its HParams name -> (whether a recorded value left it off, why it went). A job dir whose
+# hparams.json records one switched on is refused on restart (resilience.jobdir).
+RETIRED = {
+    "ensemble": (lambda v, rec: v in (None, 1), "two networks of half the epochs each tied one network at 30 minutes"),
+    "bias_lr_scale": (lambda v, rec: v in (None, 1), "airbench's 64x rate of the shifts: +0.06 at 30 minutes, noise"),
+    "whiten_eps": (lambda v, rec: v in (None, 5e-4), "ten times airbench's whitening floor cost 0.45 at 30 minutes"),
+    "flip": (lambda v, rec: v in (None, "random"), "alternating flips did not beat random ones at 5 or 30 minutes"),
+    "activation": (
+        lambda v, rec: v in (None, "gelu" if rec.get("network") == Network.AIRBENCH else "relu"),
+        "ReLU for the airbench network's GELU cost 0.26 at 30 minutes, and GELU is fused now",
+    ),
+}
+
+
+def retired_in(recorded: dict) -> list:
+    """``[(flag, value, why)]``: the retired options that ``recorded`` (hparams.json's hyperparameters)
+    had switched on, which this version cannot train."""
+    return [
+        (flag_name(name), recorded[name], why)
+        for name, (off, why) in RETIRED.items()
+        if name in recorded and not off(recorded[name], recorded)
+    ]
+
+
+class _Retired(argparse.Action):
+    """A retired flag: refused with one line saying so, and hidden from ``--help``."""
+
+    def __init__(self, option_strings, dest, why, **kwargs):
+        self.why = why
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error("%s was retired in 0.3.0 (%s; docs/experiments.md): drop it." % (option_string, self.why))
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each flag's help ends with its default, once: added here unless the help already states it
+    (flags whose default depends on others say so in their own words)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.required or action.default is argparse.SUPPRESS or "default" in text or action.nargs == 0:
+            return text
+        value = action.default
+        if isinstance(value, bool):
+            shown = "on" if value else "off"
+        elif isinstance(value, (list, tuple)):
+            shown = " ".join(str(v) for v in value)
+        elif value is None:
+            return text
+        else:
+            shown = str(value)
+        return "%s (default: %s)" % (text, shown.replace("%", "%%"))
+
+
+DESCRIPTION = """\
+Train and evaluate a CIFAR-10 classifier with tf.estimator: the ResNets of He et al. 2016, or the
+network of Keller Jordan's airbench (--network airbench), one tower per device, evaluated, exported
+and reported to the tuning service. Recipes hold tested flags; put them first, later flags override:
+
+  python -m estimator.cifar10_main @recipes/cpu_5min.args --data-dir DIR --job-dir JOB
+
+  recipes/cpu_5min.args, cpu_30min.args   the best model a 5- or 30-minute budget buys on this CPU
+  recipes/he2016_resnet56.args            He et al. 2016's ResNet-56 schedule
+  recipes/tutorial_defaults.args          the original tutorial's flags
+
+@FILE reads flags from a file (several per line, # comments). Booleans take --x, --no-x or --x=true|false.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = HParams(data_dir="", job_dir="")
     p = _FlagFileParser(
         prog="python -m estimator.cifar10_main",
-        description="Train and evaluate a CIFAR-10 ResNet with tf.estimator.",
+        usage="%(prog)s [@RECIPE] --data-dir DIR --job-dir DIR [flags]",
+        description=DESCRIPTION,
+        epilog="More: docs/training.md (every flag, time budgets, what a job writes), docs/health.md.",
         fromfile_prefix_chars="@",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
 
-    def flag(name, help=None, **kw):
-        """A flag whose default is its HParams field's."""
-        p.add_argument(name, default=getattr(d, name[2:].replace("-", "_")), help=help, **kw)
+    def adder(group):
+        def flag(name, help, **kw):
+            """A flag whose default is its HParams field's (unless ``default`` is given)."""
+            kw.setdefault("default", getattr(d, name[2:].replace("-", "_")))
+            if kw.get("action") is _BoolFlag:
+                kw.pop("type", None)
+            elif "choices" not in kw:
+                kw.setdefault("metavar", {_int: "N", _float: "X"}.get(kw.get("type"), "DIR"))
+            group.add_argument(name, help=help, **kw)
 
-    p.add_argument(
+        return flag
+
+    # -- job, data and logs ------------------------------------------------------------------
+    flag = adder(p.add_argument_group("job, data and logs"))
+    flag(
         "--data-dir",
+        "Directory (or gs:// path) with the TFRecords of generate_cifar10_tfrecords.py. Required.",
         required=True,
-        help="Directory (or gs:// path) with the TFRecords of generate_cifar10_tfrecords.py.",
-    )
-    p.add_argument(
-        "--job-dir",
         default=None,
-        help="Directory (or gs:// path) for checkpoints, summaries and results. "
-        "Defaults to $AIP_MODEL_DIR's parent on Vertex AI.",
     )
     flag(
-        "--variable-strategy",
-        "Where variables live: CPU (a parameter-server layout) or spread over the GPUs.",
-        choices=["CPU", "GPU"],
+        "--job-dir",
+        "Directory (or gs:// path) for checkpoints, summaries, exports and results. Required, except on Vertex "
+        "AI, where the default is $AIP_CHECKPOINT_DIR, else $AIP_MODEL_DIR.",
+        default=None,
     )
-    flag("--num-gpus", "GPUs to use, one tower each; 0 trains on the CPU.", type=_int)
     flag(
-        "--num-cpu-towers",
-        "With --num-gpus 0: run N towers on N CPU devices (tests the multi-GPU "
-        "logic on machines without GPUs; no speed-up).",
+        "--train-subsets",
+        "What training reads. 'train validation' trains a final model on 50,000 images (He et al.): then there "
+        "is no validation evaluation, tuning report or best-by-validation export.",
+        nargs="+",
+        choices=[fmt.TRAIN, fmt.VALIDATION],
+        metavar="SUBSET",
+    )
+    flag(
+        "--seed",
+        "Fixes initialisation, shuffling and distortion (default: a new draw each run).",
         type=_int,
+        default=None,
     )
+    flag("--deterministic", "Deterministic ops (with --seed: identical runs on the CPU).", action=_BoolFlag)
+    flag("--log-every-n-steps", "Log loss, learning rate, accuracy and examples/sec every N steps.", type=_int)
+    flag(
+        "--verbose",
+        "Show TensorFlow's deprecation notices and the Estimator's bookkeeping lines, not only one progress "
+        "line per --log-every-n-steps.",
+        action=_BoolFlag,
+    )
+    flag("--histograms", "Weight and gradient histograms of each layer in TensorBoard.", action=_BoolFlag)
+
+    # -- network -----------------------------------------------------------------------------
+    flag = adder(p.add_argument_group("network"))
     flag(
         "--network",
         "resnet: the 6n+2-layer ResNets of He et al. (--num-layers, --resnet-version); airbench: the network of "
-        "Keller Jordan's airbench94 (a fixed whitening layer and three groups of two convolutions, 64/256/256 "
-        "filters times --width-multiplier), which learns more per epoch of a short run.",
+        "Keller Jordan's airbench94 (a fixed whitening layer and three groups of convolutions, 64/256/256 "
+        "filters), which learns more per epoch of a short run.",
         choices=list(registry.NETWORKS),
-    )
-    flag(
-        "--activation",
-        "The nonlinearity of --network airbench: gelu (airbench's, the default) or relu (fused into batch norm "
-        "on the CPU: faster). ResNets use relu.",
-        choices=list(registry.ACTIVATIONS),
-    )
-    flag(
-        "--whiten-eps",
-        "--network airbench: added to each eigenvalue of the image patches' covariance (relative to their "
-        "mean) when the whitening layer is computed; larger damps the flattest directions (airbench: 5e-4).",
-        type=_float,
-    )
-    flag(
-        "--group-depth",
-        "--network airbench: 3x3 convolutions per group, 2 (airbench94's, the default) or 3 (airbench96's: a "
-        "residual connection around the last two; about 1.36x the FLOPs per image).",
-        type=_int,
-        choices=list(airbench.GROUP_DEPTHS),
     )
     flag("--num-layers", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...", type=_int)
     flag(
@@ -417,23 +510,44 @@ def build_parser() -> argparse.ArgumentParser:
         "Residual unit: v1 (post-activation), v2 (pre-activation), bottleneck_v2 (9n+2).",
         choices=list(resnet.VERSIONS),
     )
-    p.add_argument(
+    flag(
+        "--group-depth",
+        "--network airbench: 3x3 convolutions per group, 2 (airbench94's) or 3 (airbench96's: a residual "
+        "connection around the last two; about 1.36x the FLOPs per image).",
+        type=_int,
+        choices=list(airbench.GROUP_DEPTHS),
+    )
+    flag(
+        "--width-multiplier", "Filters of every layer times this (16, 32, 64 at 1; 8 x it a whole number).", type=_float
+    )
+    flag(
+        "--zero-init-residual",
+        "Start the last batch norm of each v1 residual unit at 0 (Goyal et al. 2017).",
+        action=_BoolFlag,
+    )
+    flag(
+        "--batch-norm-decay",
+        "Decay of the batch-norm moving averages (0.9 for runs of a few hundred steps).",
+        type=_float,
+    )
+    flag("--batch-norm-epsilon", "Added to the batch variance before its square root.", type=_float)
+
+    # -- optimisation and schedule ----------------------------------------------------------------
+    flag = adder(p.add_argument_group("optimisation and schedule"))
+    flag(
         "--train-steps",
+        "Global steps to train to (a restarted job resumes towards it); default %d." % d.train_steps,
         type=_int,
         default=None,
-        help="Global steps to train to (a restarted job resumes towards it); default %d." % d.train_steps,
     )
-    p.add_argument(
+    flag(
         "--train-epochs",
+        "Train for this many passes over the training set instead of --train-steps (rounded up to whole "
+        "global steps; default: off).",
         type=_float,
         default=None,
-        help="Train for this many passes over the training set instead of --train-steps "
-        "(rounded up to whole global steps).",
     )
     flag("--train-batch-size", "Images per step on each worker, split over its towers.", type=_int)
-    flag("--eval-batch-size", "Images per evaluation step, split over the towers.", type=_int)
-    flag("--momentum", type=_float)
-    flag("--weight-decay", type=_float)
     flag(
         "--learning-rate",
         "Peak rate (per %d images with --lr-scaling linear)." % schedules.REFERENCE_BATCH,
@@ -445,69 +559,33 @@ def build_parser() -> argparse.ArgumentParser:
         "cosine: half a cosine to 0 at the last step; onecycle: linear up, then linear to 0.",
         choices=schedules.SCHEDULES,
     )
-    p.add_argument(
+    flag(
         "--lr-decay-steps",
+        "piecewise only: divide the rate by 10 after each of these global steps (He et al. 2016: 32000 48000; "
+        "default: after epochs 82, 123, 300).",
         type=_int,
         nargs="+",
         default=None,
         metavar="STEP",
-        help="piecewise only: divide the rate by 10 after each of these global steps "
-        "(He et al. 2016: 32000 48000) instead of after epochs 82, 123, 300.",
     )
-    p.add_argument(
+    flag(
         "--warmup-epochs",
+        "Linear warm-up to the peak rate over these epochs (default 0; onecycle: the first 20%% of training).",
         type=_float,
         default=None,
-        help="Linear warm-up to the peak rate over these epochs (default 0; onecycle: the first 20%% of training).",
     )
     flag(
         "--lr-scaling",
         "linear: multiply --learning-rate by global batch / %d (Goyal et al. 2017)." % schedules.REFERENCE_BATCH,
         choices=schedules.SCALINGS,
     )
+    flag("--momentum", "Momentum of SGD, in [0, 1).", type=_float)
     flag("--nesterov", "Nesterov momentum.", action=_BoolFlag)
+    flag("--weight-decay", "L2 penalty on every weight, added to the loss.", type=_float)
     flag(
         "--label-smoothing",
         "Training targets (1 - e) one-hot + e/10 (Szegedy et al. 2016); evaluation reports the plain cross-entropy.",
         type=_float,
-    )
-    flag(
-        "--bias-lr-scale",
-        "The learning rate of the batch-norm shifts times this, their weight decay unchanged (airbench: 64 with "
-        "--network airbench, whose batch norm has no scale).",
-        type=_float,
-    )
-    flag(
-        "--precision",
-        "Compute dtype of the network: fp32; bf16 (CPUs with AVX512-BF16/AMX, recent GPUs); "
-        "fp16 with dynamic loss scaling (GPUs); auto: the faster of fp32 and bf16 on this CPU, by a timed "
-        "probe of the network (cached; never bf16 without native support). Variables and checkpoints stay float32.",
-        choices=list(COMPUTE_DTYPES) + [AUTO],
-    )
-    p.add_argument(
-        "--time-budget",
-        type=time_budget.duration_flag,
-        default=None,
-        metavar="DURATION",
-        help="Train for what fits in this much time (90s, 5m, 1h30m or seconds): the whole command, final "
-        "evaluations and exports included, ends within it. Plans the steps from measured speed and re-plans as it "
-        "drifts; the schedule (cosine or onecycle) reaches 0 at the end of the budget. Instead of --train-steps.",
-    )
-    flag(
-        "--width-multiplier", "Filters of every layer times this (16, 32, 64 at 1; 8 x it a whole number).", type=_float
-    )
-    flag(
-        "--ensemble",
-        "Train N networks of this shape side by side on the same batches, each from its own random start and "
-        "its own loss, and evaluate, export and predict with the mean of their logits (N times the work per "
-        "image: under --time-budget each sees 1/N of the epochs).",
-        type=_int,
-        metavar="N",
-    )
-    flag(
-        "--zero-init-residual",
-        "Start the last batch norm of each v1 residual unit at 0 (Goyal et al. 2017).",
-        action=_BoolFlag,
     )
     flag(
         "--ema-decay",
@@ -522,20 +600,66 @@ def build_parser() -> argparse.ArgumentParser:
         "early on, an average of the last steps by the end.",
         action=_BoolFlag,
     )
+
+    # -- time budget and precision --------------------------------------------------------------
+    flag = adder(p.add_argument_group("time budget and precision"))
     flag(
-        "--train-subsets",
-        "What training reads. 'train validation' trains a final model on 50,000 images (He et al.): then "
-        "there is no validation evaluation, tuning report or best-by-validation export.",
-        nargs="+",
-        choices=[fmt.TRAIN, fmt.VALIDATION],
-        metavar="SUBSET",
+        "--time-budget",
+        "Train for what fits in this much time (90s, 5m, 1h30m or seconds): the whole command, final "
+        "evaluations and exports included, ends within it. Plans the steps from measured speed and re-plans as it "
+        "drifts; the schedule (cosine or onecycle) reaches 0 at the end of the budget. Instead of --train-steps "
+        "(default: off).",
+        type=time_budget.duration_flag,
+        default=None,
+        metavar="DURATION",
     )
+    flag(
+        "--precision",
+        "Compute dtype of the network: fp32; bf16 (CPUs with AVX512-BF16/AMX, recent GPUs); "
+        "fp16 with dynamic loss scaling (GPUs); auto: the faster of fp32 and bf16 on this CPU, by a timed "
+        "probe of the network (cached; never bf16 without native support). Variables and checkpoints stay float32.",
+        choices=list(COMPUTE_DTYPES) + [AUTO],
+    )
+
+    # -- augmentation -----------------------------------------------------------------------------
+    flag = adder(p.add_argument_group("augmentation"))
+    flag("--use-distortion-for-training", "Pad, randomly crop and flip training images.", action=_BoolFlag)
+    flag(
+        "--crop-padding",
+        "Pad training images by this many zero pixels on each side before the random 32x32 crop (4: He et al. "
+        "2016; 0: flips only).",
+        type=_int,
+    )
+    flag(
+        "--cutout",
+        "After the crop, grey out a square of this many pixels a side of each training image, centred on a "
+        "random pixel (DeVries & Taylor 2017); 0: none.",
+        type=_int,
+    )
+    flag(
+        "--progressive-resize",
+        "Train on images scaled down to this many pixels a side (%d to %d) at first, growing in steps of %d "
+        "pixels to 32 by --progressive-resize-until of training; evaluation sees 32. Smaller steps are faster "
+        "(a step's time follows its pixels), so a time budget buys more of them. 0: off."
+        % (schedules.MIN_RESIZE, fmt.HEIGHT - 1, schedules.RESIZE_STEP),
+        type=_int,
+    )
+    flag(
+        "--progressive-resize-until",
+        "With --progressive-resize: the fraction of training (of the time budget's plan, or of the steps) "
+        "from which images are full size.",
+        type=_float,
+    )
+
+    # -- evaluation, checkpoints and export ---------------------------------------------------------
+    flag = adder(p.add_argument_group("evaluation, checkpoints and export"))
     flag(
         "--eval-policy",
         "periodic: evaluate the validation split after each checkpoint (the original); "
         "final: train without stopping, then evaluate once (short runs).",
         choices=EVAL_POLICIES,
     )
+    flag("--eval-batch-size", "Images per evaluation step, split over the towers.", type=_int)
     flag(
         "--eval-flip-tta",
         "Also report the final test accuracy with flip test-time augmentation "
@@ -555,89 +679,31 @@ def build_parser() -> argparse.ArgumentParser:
         action=_BoolFlag,
     )
     flag(
+        "--save-checkpoints-secs",
+        "Checkpoint (and with --eval-policy periodic, evaluate) every this many seconds.",
+        type=_int,
+    )
+    flag(
+        "--save-checkpoints-steps",
+        "Checkpoint every N steps instead of every --save-checkpoints-secs (default: off).",
+        type=_int,
+        default=None,
+    )
+    flag("--keep-checkpoint-max", "Checkpoints kept; older ones are deleted.", type=_int)
+    flag("--eval-throttle-secs", "Do not evaluate more often than this.", type=_int)
+    flag(
         "--export",
         "Export SavedModels: the best by validation accuracy after each evaluation "
         "(JOB_DIR/export/best/<timestamp>) and the last checkpoint (JOB_DIR/export/final/<timestamp>).",
         action=_BoolFlag,
     )
-    flag("--use-distortion-for-training", "Pad, randomly crop and flip training images.", action=_BoolFlag)
-    flag(
-        "--crop-padding",
-        "Pad training images by this many zero pixels on each side before the random 32x32 crop (4: He et al. "
-        "2016; 0: flips only).",
-        type=_int,
-    )
-    flag(
-        "--flip",
-        "How training images are mirrored: random (each with probability 1/2) or alternate (airbench: each "
-        "image's first view at random, then the other view every next epoch, so every two epochs show both).",
-        choices=list(pipeline.FLIPS),
-    )
-    flag(
-        "--progressive-resize",
-        "Train on images scaled down to this many pixels a side (%d to %d) at first, growing in steps of %d "
-        "pixels to 32 by --progressive-resize-until of training; evaluation sees 32. Smaller steps are faster "
-        "(a step's time follows its pixels), so a time budget buys more of them. 0: off."
-        % (schedules.MIN_RESIZE, fmt.HEIGHT - 1, schedules.RESIZE_STEP),
-        type=_int,
-    )
-    flag(
-        "--progressive-resize-until",
-        "With --progressive-resize: the fraction of training (of the time budget's plan, or of the steps) "
-        "from which images are full size.",
-        type=_float,
-    )
-    flag(
-        "--cutout",
-        "After the crop, grey out a square of this many pixels a side of each training image, centred on a "
-        "random pixel (DeVries & Taylor 2017); 0: none.",
-        type=_int,
-    )
-    p.add_argument(
-        "--sync", action="store_true", help="Synchronous distributed training (one update from all workers)."
-    )
-    flag("--num-intra-threads", "Threads inside one op; 0 lets TensorFlow choose.", type=_int)
-    flag("--num-inter-threads", "Ops run in parallel; 0 lets TensorFlow choose.", type=_int)
-    p.add_argument(
-        "--data-format",
-        choices=DATA_FORMATS,
-        default=None,
-        help="Layout inside the model; default channels_first on GPUs, channels_last on CPUs.",
-    )
-    p.add_argument("--log-device-placement", action="store_true")
-    flag("--batch-norm-decay", type=_float)
-    flag("--batch-norm-epsilon", type=_float)
-    p.add_argument("--seed", type=_int, default=None, help="Fixes initialisation, shuffling and distortion.")
-    p.add_argument(
-        "--deterministic", action="store_true", help="Deterministic ops (with --seed: identical runs on the CPU)."
-    )
-    p.add_argument(
-        "--save-checkpoints-steps",
-        type=_int,
-        default=None,
-        help="Checkpoint (and then evaluate) every N steps instead of every --save-checkpoints-secs.",
-    )
-    flag("--save-checkpoints-secs", type=_int)
-    flag("--eval-throttle-secs", "Do not evaluate more often than this.", type=_int)
-    flag("--keep-checkpoint-max", type=_int)
-    flag("--log-every-n-steps", "Log loss, learning rate, accuracy and examples/sec every N steps.", type=_int)
-    flag(
-        "--ps-wait-secs",
-        "In a cluster, how long to wait for the parameter servers to answer before failing.",
-        type=_int,
-    )
-    p.add_argument(
-        "--verbose",
-        action="store_true",
-        help="Show TensorFlow's deprecation notices and the Estimator's bookkeeping lines "
-        "(hidden by default: one progress line per --log-every-n-steps instead).",
-    )
-    flag("--histograms", "Weight and gradient histograms of each layer in TensorBoard.", action=_BoolFlag)
+
+    # -- health -----------------------------------------------------------------------------------
     h = p.add_argument_group(
         "health rules",
-        "Checked in the graph every --health-every-n-steps steps and after each evaluation; "
-        "each is a TensorBoard scalar health/<rule>, a log line and a JOB_DIR/health.json record when it "
-        "fires. A NaN or infinite loss or gradient always stops training.",
+        "Checked in the graph every --health-every-n-steps steps and after each evaluation; each is a\n"
+        "TensorBoard scalar health/<rule>, a log line and a JOB_DIR/health.json record when it fires.\n"
+        "A NaN or infinite loss or gradient always stops training (docs/health.md).",
     )
     h.add_argument(
         "--health-checks",
@@ -647,9 +713,59 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for f in health_thresholds():
         h.add_argument(
-            flag_name(f.name), type=_int if f.type == "int" else _float, default=f.default, help=f.metadata["help"]
+            flag_name(f.name),
+            type=_int if f.type == "int" else _float,
+            metavar="N" if f.type == "int" else "X",
+            default=f.default,
+            help=f.metadata["help"] or _THRESHOLD_HELP[f.name],
         )
+
+    # -- cluster and devices ------------------------------------------------------------------------
+    flag = adder(p.add_argument_group("cluster and devices"))
+    flag("--num-gpus", "GPUs to use, one tower each; 0 trains on the CPU.", type=_int)
+    flag(
+        "--num-cpu-towers",
+        "With --num-gpus 0: run N towers on N CPU devices (tests the multi-GPU "
+        "logic on machines without GPUs; no speed-up).",
+        type=_int,
+    )
+    flag(
+        "--variable-strategy",
+        "Where variables live: CPU (a parameter-server layout) or spread over the GPUs.",
+        choices=["CPU", "GPU"],
+    )
+    flag(
+        "--data-format",
+        "Layout inside the model; default channels_first on GPUs, channels_last on CPUs.",
+        choices=DATA_FORMATS,
+        default=None,
+    )
+    flag("--num-intra-threads", "Threads inside one op; 0 lets TensorFlow choose.", type=_int)
+    flag("--num-inter-threads", "Ops run in parallel; 0 lets TensorFlow choose.", type=_int)
+    flag(
+        "--sync",
+        "Synchronous distributed training (one update from all workers; a TF_CONFIG cluster only).",
+        action=_BoolFlag,
+    )
+    flag(
+        "--ps-wait-secs",
+        "In a cluster, how long to wait for the parameter servers to answer before failing.",
+        type=_int,
+    )
+    flag("--log-device-placement", "Log the device of every op (long).", action=_BoolFlag)
+
+    for name, (_, why) in RETIRED.items():
+        p.add_argument(flag_name(name), action=_Retired, why=why)
     return p
+
+
+# Help of the thresholds declared without one (the rule's name says most of it).
+_THRESHOLD_HELP = {
+    "health_every_n_steps": "Steps between two checks of the rules in the graph.",
+    "health_update_ratio_max": "Highest healthy learning rate x |gradient| / |weights| of a layer.",
+    "health_input_std_min": "Smallest standard deviation of the input after the network's scaling.",
+    "health_input_std_max": "Largest standard deviation of the input after the network's scaling.",
+}
 
 
 def flag_names() -> set:
@@ -691,7 +807,7 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
     if args.warmup_epochs is not None and args.warmup_epochs < 0:
         raise ValueError("--warmup-epochs %s must not be negative." % args.warmup_epochs)
     if args.lr_decay_steps is not None:
-        if args.lr_schedule != "piecewise":
+        if args.lr_schedule != LrSchedule.PIECEWISE:
             raise ValueError(
                 "--lr-decay-steps sets the piecewise schedule's decays: drop it or use "
                 "--lr-schedule piecewise (not %s)." % args.lr_schedule
@@ -742,7 +858,7 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
             "--num-gpus %d but %d GPU(s) are visible: pass --num-gpus %d (0 trains on the CPU)."
             % (args.num_gpus, gpus_visible, gpus_visible)
         )
-    if args.variable_strategy == "GPU" and args.num_gpus == 0:
+    if args.variable_strategy == VariableStrategy.GPU and args.num_gpus == 0:
         raise ValueError("--variable-strategy GPU needs --num-gpus > 0: use --variable-strategy CPU.")
     towers = len(devices.tower_devices(args.num_gpus, args.num_cpu_towers))
     for name in ("train_batch_size", "eval_batch_size"):
@@ -791,9 +907,7 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
             % args.num_gpus
         )
     resnet.check_width(args.width_multiplier)
-    if args.ensemble < 1:
-        raise ValueError("--ensemble %d must be at least 1 (1: one network; 2 or more: an ensemble)." % args.ensemble)
-    if args.network == "airbench":
+    if args.network == Network.AIRBENCH:
         defaults = HParams(data_dir="", job_dir="")
         given = [
             "%s %s" % (flag_name(name), getattr(args, name))
@@ -805,33 +919,15 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
                 "%s shape a ResNet; --network airbench has its own fixed layers: drop them or use --network resnet."
                 % " and ".join(given)
             )
-    if args.network != "airbench" and registry.activation_of(args) != registry.DEFAULT_ACTIVATIONS[args.network]:
-        raise ValueError(
-            "--activation %s: the ResNets here use relu; drop it or use --network airbench." % args.activation
-        )
-    if args.zero_init_residual and args.resnet_version != "v1":
+    if args.zero_init_residual and args.resnet_version != ResNetVersion.V1:
         raise ValueError(
             "--zero-init-residual zeroes the last batch norm of v1 residual units; %s units end with a convolution: "
             "drop it or use --resnet-version v1." % args.resnet_version
         )
-    if not args.whiten_eps > 0:
-        raise ValueError(
-            "--whiten-eps %s must be positive, e.g. %g (airbench's): a flat direction of the patches would "
-            "otherwise be divided by zero." % (args.whiten_eps, airbench.WHITEN_EPS)
-        )
-    if args.network != "airbench" and args.whiten_eps != airbench.WHITEN_EPS:
-        raise ValueError(
-            "--whiten-eps %s shapes the whitening layer of --network airbench; the ResNets have none: drop it "
-            "or use --network airbench." % args.whiten_eps
-        )
-    if args.network != "airbench" and args.group_depth != HParams.group_depth:
+    if args.network != Network.AIRBENCH and args.group_depth != HParams.group_depth:
         raise ValueError(
             "--group-depth %d shapes the groups of --network airbench; a ResNet's depth is --num-layers: drop it "
             "or use --network airbench." % args.group_depth
-        )
-    if not args.bias_lr_scale > 0:
-        raise ValueError(
-            "--bias-lr-scale %s must be positive, e.g. 64 (1: as every other variable)." % args.bias_lr_scale
         )
     if not 0 <= args.ema_decay < 1:
         raise ValueError("--ema-decay %s must be in [0, 1), e.g. 0.999 (0 turns the average off)." % args.ema_decay)
@@ -862,10 +958,6 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         raise ValueError(
             "--cutout %d is a training distortion: drop it or drop --no-use-distortion-for-training." % args.cutout
         )
-    if args.flip != "random" and not args.use_distortion_for_training:
-        raise ValueError(
-            "--flip %s is a training distortion: drop it or drop --no-use-distortion-for-training." % args.flip
-        )
     if fmt.VALIDATION in args.train_subsets and cluster.distributed:
         raise ValueError(
             "--train-subsets train validation trains a final model in one process; a TF_CONFIG cluster evaluates "
@@ -883,7 +975,7 @@ def check_schedule(hp: HParams) -> None:
     warmup = hp.schedule.warmup
     if hp.schedule.by_progress:
         return
-    if hp.lr_schedule != "piecewise" and warmup >= hp.train_steps:
+    if hp.lr_schedule != LrSchedule.PIECEWISE and warmup >= hp.train_steps:
         raise ValueError(
             "--warmup-epochs %s is %d steps, as long as the whole run (%d steps): the %s schedule "
             "would never decay. Use fewer warm-up epochs or train longer."

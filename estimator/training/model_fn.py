@@ -21,6 +21,7 @@ import itertools
 
 import tensorflow as tf
 
+from estimator.common.options import HealthAction, Network, Precision
 from estimator.common.tensor_names import CROSS_ENTROPY, IMAGE_SIZE, LEARNING_RATE, TOTAL_LOSS, TRAIN_ACCURACY
 from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet
@@ -109,16 +110,8 @@ def tower_fn(
             tf.reduce_sum(per_example_cross_entropy(of_logits, labels, smoothing) * weights), count
         )
 
-    cross_entropy = mean_cross_entropy(logits)  # of what is evaluated: an ensemble's averaged logits
-    # An ensemble's members each learn from their own loss (the sum gives each its full gradient),
-    # never from the averaged logits (estimator.networks.ensemble).
-    heads = getattr(model, "member_logits", None) or [logits]
-    objective = tf.add_n(
-        [
-            cross_entropy if head is logits and not label_smoothing else mean_cross_entropy(head, label_smoothing)
-            for head in heads
-        ]
-    )
+    cross_entropy = mean_cross_entropy(logits)  # what evaluation reports, without label smoothing
+    objective = mean_cross_entropy(logits, label_smoothing) if label_smoothing else cross_entropy
     params = v1.trainable_variables()
     loss = objective + weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in params])
     grads_and_vars = None
@@ -144,20 +137,6 @@ def average_gradients(tower_grads_and_vars):
     return averaged
 
 
-def scale_bias_gradients(gradvars, scale: float, weight_decay: float):
-    """Gradients of the batch-norm shifts (``.../beta``) with their data part times ``scale`` and their
-    weight decay as it was: with momentum SGD, their learning rate times ``scale`` and the same decay
-    per step (airbench's bias_scaler: shifts learn fast, and nothing else in its batch norm learns)."""
-    scaled = []
-    for grad, var in gradvars:
-        if grad is not None and var.op.name.endswith("/beta"):
-            with v1.device(var.device):
-                decay = weight_decay * tf.cast(var, grad.dtype)
-                grad = (grad - decay) * scale + decay
-        scaled.append((grad, var))
-    return scaled
-
-
 def predictions_of(logits):
     """What PREDICT returns and exports serve: class ids, their names, probabilities."""
     classes = tf.argmax(logits, axis=1, output_type=tf.int32)
@@ -177,11 +156,11 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, 
     label_shards = split_batch(labels, len(tower_list)) if labels is not None else [None] * len(tower_list)
     params_device = devices.parameter_devices(hp.variable_strategy, tower_list)
     whitening = None
-    if is_training and hp.network == "airbench":
+    if is_training and hp.network == Network.AIRBENCH:
         # Read only when variables are initialised (a fresh start), on the parameter device.
         with v1.device(devices.consolidation_device(hp.variable_strategy)):
             images = Cifar10DataSet(hp.data_dir, fmt.TRAIN).first_images(airbench.WHITEN_IMAGES)
-            whitening = airbench.whitening_kernel(images, hp.whiten_eps)  # once, for every tower
+            whitening = airbench.whitening_kernel(images)  # once, for every tower
     outputs, update_ops, first = [], [], None
     for i, device in enumerate(tower_list):
         with tf.name_scope("tower_%d" % i) as scope, v1.variable_scope("resnet", reuse=reuse or bool(i)), v1.device(
@@ -219,7 +198,7 @@ def loss_scale_optimizer(optimizer, precision: str):
     on restart. A restarted fp16 job starts again from 2^15, which a few
     skipped steps bring down to where it was.
     """
-    if precision != "fp16":
+    if precision != Precision.FP16:
         return optimizer
     scaled = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(optimizer, "dynamic")
     _make_local(scaled.variables())
@@ -259,11 +238,9 @@ def _training_spec(hp, features, labels, mode, config):
         train_accuracy = tf.reduce_mean(correct, name=_op_name(TRAIN_ACCURACY))
         cross_entropy = tf.reduce_mean([o.cross_entropy for o in outputs], name=_op_name(CROSS_ENTROPY))
         gradvars = average_gradients([o.grads_and_vars for o in outputs])
-        if hp.bias_lr_scale != 1:
-            gradvars = scale_bias_gradients(gradvars, hp.bias_lr_scale, hp.weight_decay)
-        if hp.precision != "fp16":
+        if hp.precision != Precision.FP16:
             nonfinite.add_gradient_flags(gradvars)
-        if hp.health_checks != "off":
+        if hp.health_checks != HealthAction.OFF:
             probes.add(
                 gradvars,
                 learning_rate,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 
-from estimator.networks import airbench, ensemble, layers, registry, resnet
+from estimator.networks import airbench, layers, registry, resnet
 from estimator.ops import filter_gradient, gelu
 from estimator.ops.probe_cache import cache_path, cached_probe, cpu_info, native_bf16, seconds_per_run
 
@@ -36,7 +36,7 @@ def network_code_digest(paths=None) -> str:
     made airbench's bf16 steps 1.56x faster on a Xeon with AMX, and the evaluation's ratio to them
     smaller) would otherwise plan budgets from figures no longer true."""
     if paths is None:
-        paths = [m.__file__ for m in (airbench, registry, resnet, ensemble, filter_gradient, layers, gelu)]
+        paths = [m.__file__ for m in (airbench, registry, resnet, filter_gradient, layers, gelu)]
     digest = hashlib.sha256()
     for path in paths:
         with open(path, "rb") as f:
@@ -53,12 +53,10 @@ def cache_key(cpu_model: str, hp) -> str:
             cpu_model,
             tf.__version__,
             hp.network,
-            registry.activation_of(hp),
             hp.num_layers,
             hp.resnet_version,
             hp.width_multiplier,
             hp.group_depth,
-            hp.ensemble,
             hp.train_batch_size // len(hp.towers),
             hp.data_format,
             hp.num_intra_threads,

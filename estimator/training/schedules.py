@@ -26,10 +26,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-SCHEDULES = ("piecewise", "cosine", "onecycle")
-SCALINGS = ("none", "linear")
+from estimator.common.options import LrScaling, LrSchedule
+
+SCHEDULES = LrSchedule.values()
+SCALINGS = LrScaling.values()
 # The schedules a time budget can plan: they decay to 0 at the end of the plan.
-BUDGET_SCHEDULES = ("cosine", "onecycle")
+BUDGET_SCHEDULES = (LrSchedule.COSINE.value, LrSchedule.ONECYCLE.value)
 
 # He et al. 2016 divide the rate by 10 at 32k and 48k iterations of batch 128
 # on 45k images; the original tutorial expressed that in epochs (82, 123) and
@@ -70,7 +72,7 @@ def peak_learning_rate(learning_rate: float, global_batch: int, scaling: str = "
     """The rate the schedule starts from (after warm-up): scaled with the batch if asked."""
     if scaling not in SCALINGS:
         raise ValueError("lr scaling %r is not one of %s." % (scaling, ", ".join(SCALINGS)))
-    if scaling == "linear":
+    if scaling == LrScaling.LINEAR:
         return learning_rate * global_batch / REFERENCE_BATCH
     return learning_rate
 
@@ -78,7 +80,7 @@ def peak_learning_rate(learning_rate: float, global_batch: int, scaling: str = "
 def warmup_steps(schedule: str, warmup_epochs, total_steps: int, num_train_examples: int, global_batch: int) -> int:
     """Warm-up length in global steps; ``warmup_epochs`` None means the schedule's default."""
     if warmup_epochs is None:
-        if schedule == "onecycle":
+        if schedule == LrSchedule.ONECYCLE:
             return max(1, int(round(ONECYCLE_WARMUP_FRACTION * total_steps)))
         return 0
     if warmup_epochs == 0:
@@ -118,7 +120,7 @@ def learning_rate(
         raise ValueError("lr schedule %r is not one of %s." % (schedule, ", ".join(SCHEDULES)))
     # float64: exact at every step a run can reach; the rate is cast at the end.
     s = tf.cast(step, tf.float64)
-    if schedule == "piecewise":
+    if schedule == LrSchedule.PIECEWISE:
         rate = tf.constant(peak * DECAY_FACTORS[0], tf.float64)
         if len(factors) < len(boundaries):
             raise ValueError("%d boundaries need %d factors, got %s." % (len(boundaries), len(boundaries), factors))
@@ -127,7 +129,7 @@ def learning_rate(
     else:
         span = float(max(1, total_steps - warmup))
         progress = tf.clip_by_value((s - warmup) / span, 0.0, 1.0)
-        if schedule == "cosine":
+        if schedule == LrSchedule.COSINE:
             rate = peak * 0.5 * (1.0 + tf.cos(math.pi * progress))
         else:
             rate = peak * (1.0 - progress)
@@ -152,7 +154,7 @@ def learning_rate_at_progress(progress, schedule: str, peak: float, warmup_fract
         )
     p = tf.cast(progress, tf.float64)
     decay = tf.clip_by_value((p - warmup_fraction) / max(1e-12, 1.0 - warmup_fraction), 0.0, 1.0)
-    if schedule == "cosine":
+    if schedule == LrSchedule.COSINE:
         rate = peak * 0.5 * (1.0 + tf.cos(math.pi * decay))
     else:
         rate = peak * (1.0 - decay)
@@ -196,12 +198,12 @@ class Schedule:
         """From the flags: ``--lr-decay-steps`` (x0.1 each) or the tutorial's epochs for piecewise."""
         peak = peak_learning_rate(learning_rate, global_batch, scaling)
         if by_progress:
-            fraction = ONECYCLE_WARMUP_FRACTION if name == "onecycle" else 0.0
+            fraction = ONECYCLE_WARMUP_FRACTION if name == LrSchedule.ONECYCLE else 0.0
             return cls(name, peak, 0, 0, by_progress=True, warmup_fraction=fraction)
         boundaries, factors = (), ()
-        if name == "piecewise" and decay_steps:
+        if name == LrSchedule.PIECEWISE and decay_steps:
             boundaries, factors = tuple(decay_steps), tuple(step_decay_factors(len(decay_steps)))
-        elif name == "piecewise":
+        elif name == LrSchedule.PIECEWISE:
             boundaries = tuple(piecewise_boundaries(num_train_examples, global_batch))
             factors = DECAY_FACTORS[1:]
         return cls(

@@ -1,0 +1,90 @@
+"""The choices the trainer's flags name, as types.
+
+Each is a ``str`` enum whose values are the flags' spellings, which hparams.json records: a member
+compares equal to its string and prints as it, so job dirs written before, recipes and tuning
+configs keep working. Code that acts on a choice compares with the members, never with a literal.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Choice(str, enum.Enum):
+    """A flag's choice: equal to its spelling, and printed as it."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def values(cls) -> tuple:
+        """The spellings, in declaration order (argparse's ``choices``)."""
+        return tuple(member.value for member in cls)
+
+
+class Precision(Choice):
+    """--precision: the network's compute dtype (variables stay float32); auto: timed on this CPU."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    AUTO = "auto"
+
+
+class Network(Choice):
+    """--network: He et al.'s ResNets, or airbench's network."""
+
+    RESNET = "resnet"
+    AIRBENCH = "airbench"
+
+
+class ResNetVersion(Choice):
+    """--resnet-version: post-activation, pre-activation, pre-activation bottleneck units."""
+
+    V1 = "v1"
+    V2 = "v2"
+    BOTTLENECK_V2 = "bottleneck_v2"
+
+
+class EvalPolicy(Choice):
+    """--eval-policy: validate after each checkpoint, or train without stopping and evaluate once."""
+
+    PERIODIC = "periodic"
+    FINAL = "final"
+
+
+class HealthAction(Choice):
+    """--health-checks: what the health rules do when they fire."""
+
+    OFF = "off"
+    WARN = "warn"
+    STOP = "stop"
+
+
+class LrSchedule(Choice):
+    """--lr-schedule: the learning rate's shape over training."""
+
+    PIECEWISE = "piecewise"
+    COSINE = "cosine"
+    ONECYCLE = "onecycle"
+
+
+class LrScaling(Choice):
+    """--lr-scaling: the peak rate as given, or scaled with the global batch (Goyal et al. 2017)."""
+
+    NONE = "none"
+    LINEAR = "linear"
+
+
+class DataFormat(Choice):
+    """--data-format: the tensors' layout inside the model."""
+
+    CHANNELS_FIRST = "channels_first"
+    CHANNELS_LAST = "channels_last"
+
+
+class VariableStrategy(Choice):
+    """--variable-strategy: where variables live."""
+
+    CPU = "CPU"
+    GPU = "GPU"
