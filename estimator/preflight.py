@@ -19,13 +19,12 @@ logs.quiet_imports()
 
 from estimator.common import storage  # noqa: E402
 from estimator.networks import registry  # noqa: E402
-from estimator.training import config  # noqa: E402
-from estimator.training import hparams as hparams_lib  # noqa: E402
+from estimator.training import config, flags  # noqa: E402
 
 
 def parse(argv=None):
     """``(hparams, output dir)`` of the trainer flags plus ``--output``; exits 2 on bad input."""
-    parser = hparams_lib.build_parser()
+    parser = flags.build_parser()
     parser.prog = "python -m estimator.preflight"
     parser.description = "Checks data, model and training set-up before a run (about a minute on a CPU)."
     parser.add_argument(

@@ -26,14 +26,14 @@ from estimator.tuning import spec as spec_lib  # noqa: E402
 
 def check_trainer_flags(trainer_flags, job_dir: str):
     """The trainer's own parsing and checks (data present, flags valid); returns (hparams, option strings)."""
-    from estimator.training import config, hparams
+    from estimator.training import config, flags
 
     if any(f == "--job-dir" or f.startswith("--job-dir=") for f in trainer_flags):
         raise spec_lib.SpecError("--job-dir goes before --: the study gives each trial its own directory.")
     # The study's trials get a TF_CONFIG and trial of their own.
     environ = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "CLOUD_ML_TRIAL_ID")}
     hp, _ = config.parse(list(trainer_flags) + ["--job-dir", job_dir], environ=environ)
-    return hp, hparams.flag_names()
+    return hp, flags.flag_names()
 
 
 def main(argv=None) -> int:

@@ -77,9 +77,9 @@ def main(argv=None) -> int:
                 args.output,
             )
         else:
-            from estimator.training import hparams
+            from estimator.training import flags
 
-            study_spec = spec_lib.study_spec(training_input, hparams.flag_names())
+            study_spec = spec_lib.study_spec(training_input, flags.flag_names())
             machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}
             config = vertex_study.hyperparameter_tuning_job(
                 machines,

@@ -8,7 +8,7 @@ import pytest
 
 from estimator import cifar10_main
 from estimator.common import cluster as cluster_lib
-from estimator.training import config
+from estimator.training import config, flags
 from estimator.training import hparams as hparams_lib
 
 
@@ -177,7 +177,7 @@ def test_malformed_tf_config_is_a_clean_cli_error(mini_records, tmp_path, monkey
 
 
 def test_resolve_reads_the_environment_it_is_given_and_records_it(mini_records, tmp_path):
-    args = hparams_lib.build_parser().parse_args(
+    args = flags.build_parser().parse_args(
         ["--data-dir", mini_records, "--num-gpus", "0", "--job-dir", str(tmp_path / "job")]
     )
     environ = {"CLOUD_ML_TRIAL_ID": "5", "AIP_TENSORBOARD_LOG_DIR": "gs://b/tensorboard"}
@@ -263,8 +263,6 @@ RECIPES = sorted(
 def test_every_recipe_parses_and_validates(recipe):
     # GPU recipes are validated as if their GPUs were there; --precision auto is not probed here.
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    args = hparams_lib.build_parser().parse_args(
-        ["@" + os.path.join(repo, recipe), "--data-dir", "d", "--job-dir", "j"]
-    )
-    hparams_lib.validate(args, cluster_lib.Cluster(), gpus_visible=args.num_gpus)
+    args = flags.build_parser().parse_args(["@" + os.path.join(repo, recipe), "--data-dir", "d", "--job-dir", "j"])
+    flags.validate(args, cluster_lib.Cluster(), gpus_visible=args.num_gpus)
     assert len(RECIPES) == 4 and args.time_budget in (None, 300.0, 1800.0)

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from estimator.common import cluster as cluster_lib
-from estimator.training import hparams as hparams_lib
+from estimator.training import flags
 from estimator.training.hooks import EvalReporter
 from tests.helpers import REPO, check
 
@@ -78,13 +78,13 @@ def _values(param):
 
 
 def test_every_tuned_parameter_is_a_trainer_flag_in_range():
-    parser = hparams_lib.build_parser()
-    flags = {s for action in parser._actions for s in action.option_strings}
+    parser = flags.build_parser()
+    options = {s for action in parser._actions for s in action.option_strings}
     for param in training_input("hptuning_config.yaml")["hyperparameters"]["params"]:
-        assert "--" + param["parameterName"] in flags, param["parameterName"]
+        assert "--" + param["parameterName"] in options, param["parameterName"]
         for value in _values(param):
             # The service passes --name=value; the trainer must accept both ends of every range.
             args = parser.parse_args(
                 ["--data-dir", "d", "--job-dir", "j", "--num-gpus", "0", "--%s=%s" % (param["parameterName"], value)]
             )
-            hparams_lib.validate(args, cluster_lib.Cluster(), gpus_visible=0)
+            flags.validate(args, cluster_lib.Cluster(), gpus_visible=0)

@@ -27,7 +27,7 @@ from estimator.common import cluster as cluster_lib
 from estimator.common import storage
 from estimator.data import records as fmt
 from estimator.data.pipeline import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
-from estimator.training import devices
+from estimator.training import devices, flags
 from estimator.training import hparams as hparams_lib
 
 HPARAMS_FILE = "hparams.json"
@@ -59,7 +59,7 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
     """Validates parsed trainer flags against the environment and the data; returns the frozen HParams.
 
     Args:
-      args: from ``hparams.build_parser()`` (or a parser that extends it); never mutated.
+      args: from ``flags.build_parser()`` (or a parser that extends it); never mutated.
       environ: the environment (default ``os.environ``).
       gpus_visible: GPUs TensorFlow sees (default: asks TensorFlow).
 
@@ -75,7 +75,7 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
         num_train = verify_splits(args.data_dir, train_subsets)
     if gpus_visible is None:
         gpus_visible = devices.visible_gpus()
-    hparams_lib.validate(args, cluster, gpus_visible)
+    flags.validate(args, cluster, gpus_visible)
     job_dir = job_dir_of(args.job_dir, environ)
     if cluster.trial and args.job_dir:
         # Parallel tuning trials must never share a checkpoint directory. Vertex AI's
@@ -112,7 +112,7 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
 def parse(argv=None, parser=None, environ=None):
     """``resolve`` for a command line: returns ``(hparams, parsed args)``; on bad input prints the
     message and exits with status 2 (argparse's convention), having written nothing."""
-    parser = parser or hparams_lib.build_parser()
+    parser = parser or flags.build_parser()
     args = parser.parse_args(argv)
     try:
         return resolve(args, environ), args
