@@ -36,6 +36,7 @@ run: venv
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports
 
 test: lint
 	$(PY) -m pytest

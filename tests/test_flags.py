@@ -1,5 +1,6 @@
 """Trainer flags, their validation, flag files and TF_CONFIG."""
 
+import argparse
 import json
 import os
 import re
@@ -266,3 +267,86 @@ def test_every_recipe_parses_and_validates(recipe):
     args = flags.build_parser().parse_args(["@" + os.path.join(repo, recipe), "--data-dir", "d", "--job-dir", "j"])
     flags.validate(args, cluster_lib.Cluster(), gpus_visible=args.num_gpus)
     assert len(RECIPES) == 4 and args.time_budget in (None, 300.0, 1800.0)
+
+
+GROUPS = [
+    "job, data and logs",
+    "network",
+    "optimisation and schedule",
+    "time budget and precision",
+    "augmentation",
+    "evaluation, checkpoints and export",
+    "health rules",
+    "cluster and devices",
+]
+
+
+def _flag_actions(parser):
+    return [a for a in parser._actions if a.option_strings and a.help is not argparse.SUPPRESS and a.dest != "help"]
+
+
+def test_help_groups_every_flag_by_concern_and_states_each_default_once():
+    parser = flags.build_parser()
+    groups = [
+        g for g in parser._action_groups if g._group_actions and g.title not in ("options", "positional arguments")
+    ]
+    assert [g.title for g in groups] == GROUPS
+    assert {a.dest for g in groups for a in g._group_actions} == {a.dest for a in _flag_actions(parser)}
+    formatter = parser._get_formatter()
+    for action in _flag_actions(parser):
+        text = formatter._get_help_string(action)
+        assert action.help and action.help.strip(), action.option_strings
+        if action.required:
+            assert "Required" in text and "default" not in text, action.option_strings
+        elif action.dest == "job_dir":  # required unless Vertex AI names the directory
+            assert (
+                "Required, except on Vertex AI, where the default is $AIP_CHECKPOINT_DIR, else $AIP_MODEL_DIR" in text
+            )
+        else:
+            assert len(re.findall(r"\bdefault\b", text)) == 1, (action.option_strings, text)
+            assert "(default: None)" not in text, action.option_strings
+    rendered = parser.format_help()
+    assert "@recipes/cpu_5min.args" in rendered and "@FILE" in rendered and "airbench" in rendered
+    assert len(rendered.splitlines()) < 300
+
+
+def test_every_boolean_flag_takes_the_same_three_spellings(mini_records, tmp_path):
+    parser = flags.build_parser()
+    booleans = [a for a in _flag_actions(parser) if isinstance(a, flags._BoolFlag)]
+    names = {a.dest for a in booleans}
+    assert {"sync", "verbose", "deterministic", "log_device_placement", "nesterov", "export"} <= names
+    base = ["--data-dir", "d", "--job-dir", "j"]
+    for action in booleans:
+        flag = action.option_strings[0]
+        assert getattr(parser.parse_args(base + [flag]), action.dest) is True, flag
+        assert getattr(parser.parse_args(base + [flag + "=false"]), action.dest) is False, flag
+        assert getattr(parser.parse_args(base + ["--no-" + flag[2:]]), action.dest) is False, flag
+        assert getattr(parser.parse_args(base), action.dest) is action.default, flag
+
+
+def test_retired_options_are_not_in_the_help_and_leave_no_field():
+    rendered = flags.build_parser().format_help()
+    fields = set(hparams_lib.HParams.__dataclass_fields__)
+    for name in hparams_lib.RETIRED:
+        assert hparams_lib.flag_name(name) not in rendered and name not in fields
+
+
+def test_choices_are_enums_equal_to_their_spellings(mini_records, tmp_path):
+    from estimator.common.options import EvalPolicy, HealthAction, LrSchedule, Network, Precision
+
+    hp = parse_ok(mini_records, tmp_path, "--network", "airbench", "--lr-schedule", "onecycle", "--time-budget", "1m")
+    assert hp.network is Network.AIRBENCH and hp.lr_schedule is LrSchedule.ONECYCLE
+    assert hp.precision is Precision.FP32 and hp.health_checks is HealthAction.WARN
+    assert hp.eval_policy is EvalPolicy.PERIODIC and hp.eval_policy == "periodic" and "%s" % hp.network == "airbench"
+    # hparams.json keeps the spellings, and reads back as the same enums.
+    recorded = json.loads(json.dumps(hp.to_dict()))
+    assert recorded["network"] == "airbench" and recorded["lr_schedule"] == "onecycle"
+    assert hparams_lib.HParams.from_dict(recorded) == hp
+    with pytest.raises(ValueError, match="'sgd' is not a valid LrSchedule"):
+        hparams_lib.HParams(data_dir="", job_dir="", lr_schedule="sgd")
+    # The parser's choices are the enums' values.
+    parser = flags.build_parser()
+    choices = {a.dest: tuple(a.choices) for a in parser._actions if a.choices}
+    assert choices["precision"] == Precision.values() and choices["network"] == Network.values()
+    assert choices["eval_policy"] == EvalPolicy.values() and choices["health_checks"] == HealthAction.values()
+    assert choices["lr_schedule"] == LrSchedule.values()

@@ -2,6 +2,7 @@
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -101,3 +102,26 @@ def test_sdist_installs_with_pip_and_trains_outside_the_source_tree(tmp_path, mi
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert os.path.exists(str(elsewhere / "job" / "results.json"))
+
+
+def _lint_imports(root):
+    env = dict(os.environ, PYTHONPATH=str(root))
+    lint = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+    return subprocess.run([lint, "--no-cache"], cwd=str(root), env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_layers_hold_and_an_import_up_a_layer_breaks_them(tmp_path):
+    """The import-linter contracts of pyproject.toml (docs/layout.md): kept by the package as it is, and
+    broken, naming the import, by one upward import hidden inside a function of a copy of it."""
+    shutil.copytree(
+        os.path.join(REPO, "estimator"), tmp_path / "estimator", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(os.path.join(REPO, "pyproject.toml"), tmp_path)
+    kept = _lint_imports(tmp_path)
+    assert kept.returncode == 0 and "4 kept, 0 broken" in kept.stdout, kept.stdout + kept.stderr
+    records = tmp_path / "estimator" / "data" / "records.py"
+    records.write_text(records.read_text() + "\n\ndef _late():\n    from estimator.training import hparams  # noqa\n")
+    broken = _lint_imports(tmp_path)
+    assert broken.returncode == 1, broken.stdout
+    assert "estimator.data.records -> estimator.training.hparams" in broken.stdout
+    assert "Data, networks and their kernels never import what trains" in broken.stdout and "BROKEN" in broken.stdout
