@@ -7,10 +7,10 @@
   ``probes``: the tensors they read, built in ``model_fn``;
   ``monitor``: the hook and the after-evaluation check that run them and
   report to TensorBoard (``health/<rule>``), the log and ``JOB_DIR/health.json``.
-* ``pictures``: training batch, confusion matrix, mistakes, ``curves.png``.
-* ``preflight``: Karpathy's checks before a run (``python -m estimator.preflight``).
+* ``before_run``: Karpathy's checks before a run (``python -m estimator.preflight``).
 
-The data's manifest check lives with the data: ``estimator.cifar10.Cifar10DataSet.verify``.
+The pictures they draw are ``estimator.reporting.pictures``'s; the data's manifest check lives with
+the data: ``estimator.data.pipeline.Cifar10DataSet.verify``.
 """
 
 from estimator.health.monitor import EXIT_STATUS, EvalHealth, HealthHook, HealthMonitor, HealthStop

@@ -1,1 +1,7 @@
-"""estimator.networks."""
+"""The networks; they know nothing of training.
+
+* ``layers``: ``ResNet``, the base of both networks (data formats, compute dtypes, units).
+* ``resnet``: ``ResNetCifar10``, He et al. 2016's 6n+2-layer ResNets.
+* ``airbench``: ``AirbenchCifar10``, the network of Keller Jordan's airbench94/96.
+* ``registry``: ``build`` and ``describe``: the network ``--network`` names.
+"""

@@ -114,7 +114,8 @@ def evaluation_speedup(hp, cpu=None, timers=(time_training_steps, time_evaluatio
     on this CPU: both timed side by side (a few seconds) and cached like the precision probe.
 
     ``--time-budget`` reserves the time of the final evaluations from it: the ratio depends on the
-    CPU and the precision (6.7 for ResNet-14 bf16 on a Xeon with AMX), so a fixed guess either
+    CPU, the network and the precision (3.4 for the airbench network in fp32 on an AVX2-only EPYC), so
+    a fixed guess either
     wastes the end of short budgets or overruns them.
 
     Returns:

@@ -15,7 +15,7 @@ How it works:
   simulated one) measures training steps/s after a warm-up, reserves time for
   what follows training (evaluations at an estimated forward-pass rate, plus
   fixed costs) and plans the total number of steps. It re-plans every
-  ``replan_secs`` when the plan would move by more than ``replan_tolerance``:
+  ``replan_secs`` when the plan would move by more than ``REPLAN_TOLERANCE``:
   shared machines drift, and another process may take a core mid-run. If the
   deadline for training arrives anyway, it stops training at once.
 * The learning rate is a function of the *fraction of the plan done*
@@ -46,9 +46,10 @@ BUDGET_FILE = "budget.json"
 # filling the input pipeline (measured here: the first ~10 steps take 2-5x longer).
 WARMUP_STEPS = 10
 # Evaluation runs this many times as many images per second as training (forward
-# only, large batches): measured 6.7x for ResNet-14 bf16 on a 2-core Xeon with AMX
-# (80,000 evaluated images in about 8 s). The trainer times it on the CPU at hand
-# (precision.evaluation_speedup); this is for GPUs, where it is not timed, with a margin.
+# only, large batches). The trainer times the ratio on the CPU at hand
+# (precision.evaluation_speedup: 3.4x for the airbench network in fp32 on an AVX2-only
+# EPYC, 530 against 156 images/s, ../shared/TF215-NOTES.md); this guess is for GPUs,
+# where it is not timed.
 EVAL_SPEEDUP = 4.0
 # Plan with this share of the measured ratio, a margin for the probe's few batches: the real
 # evaluations (larger graphs, records to decode, TTA views) still ran faster than the probe's

@@ -6,8 +6,6 @@
 * ``study``: runs a study on this machine: Optuna decides, each trial is a
   ``python -m estimator.cifar10_main`` process as the service ran it.
 * ``report``: the study's table, ``trials.csv`` and ``study.png``.
-* ``vertex_study``: the same study as a Vertex AI ``HyperparameterTuningJob``
-  around the custom job of ``estimator.cloud.vertex_job``.
 
-Entry points: ``python -m estimator.tune`` and ``python -m estimator.vertex``.
+Entry point: ``python -m estimator.tune``; the same study on Vertex AI: ``estimator.cloud.vertex_study``.
 """
