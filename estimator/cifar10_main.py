@@ -17,6 +17,7 @@ import tensorflow as tf  # noqa: E402
 
 from estimator import health, resilience, train  # noqa: E402
 from estimator.common import cluster as cluster_lib  # noqa: E402
+from estimator.common import failures  # noqa: E402
 from estimator.health import nonfinite  # noqa: E402
 from estimator.training import config  # noqa: E402
 
@@ -87,14 +88,14 @@ def main(argv=None) -> int:
         print("error: %s" % e, file=sys.stderr)
         return health.EXIT_STATUS
     except (OSError, tf.errors.OpError) as e:
-        failure = resilience.storage_failure(e)
+        failure = failures.storage_failure(e)
         if failure is None:
             raise
         if verbose:
             import traceback
 
             traceback.print_exc()
-        resilience.failures.remove_partial_files(hp.job_dir)
+        failures.remove_partial_files(hp.job_dir)
         print("error: %s" % failure, file=sys.stderr)
         return EXIT_STORAGE
     finally:
