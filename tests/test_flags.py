@@ -350,3 +350,23 @@ def test_choices_are_enums_equal_to_their_spellings(mini_records, tmp_path):
     assert choices["precision"] == Precision.values() and choices["network"] == Network.values()
     assert choices["eval_policy"] == EvalPolicy.values() and choices["health_checks"] == HealthAction.values()
     assert choices["lr_schedule"] == LrSchedule.values()
+
+
+def test_bf16_is_refused_where_onednn_is_held_below_it(mini_records, tmp_path):
+    """ONEDNN_MAX_CPU_ISA=AVX2 makes oneDNN do what an AVX2-only CPU does; TensorFlow 2.15, deciding from
+    the CPU's flags, would then abort on its first bf16 matrix product: one line instead, nothing written."""
+    args = flags.build_parser().parse_args(
+        ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0", "--precision", "bf16"]
+    )
+    with pytest.raises(ValueError) as e:
+        config.resolve(args, environ={"ONEDNN_MAX_CPU_ISA": "avx2"}, gpus_visible=0)
+    assert str(e.value) == (
+        "--precision bf16: ONEDNN_MAX_CPU_ISA=AVX2 holds oneDNN below bf16 on this CPU, where TensorFlow 2.15 "
+        "aborts on the first bf16 matrix product: use --precision fp32 or auto, or unset ONEDNN_MAX_CPU_ISA."
+    )
+    assert not os.path.exists(str(tmp_path / "j"))
+    assert config.resolve(args, environ={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, gpus_visible=0).precision == "bf16"
+    # auto: fp32 there, and nothing timed.
+    args.precision = "auto"
+    hp = config.resolve(args, environ={"ONEDNN_MAX_CPU_ISA": "AVX2"}, gpus_visible=0)
+    assert (hp.precision, hp.precision_probe) == ("fp32", {})

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from estimator.ops import probe_cache
 from estimator.training import schedules, time_budget
 from estimator.training.time_budget import BudgetState, Plan, Planner
 from tests.helpers import run_job, run_main
@@ -314,12 +315,20 @@ def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
     code, out = run_job(mini_records, job, *flags.split(), env={"CIFAR10_CACHE_DIR": str(tmp_path / "cache")})
     assert code == 0, out[-3000:]
     recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
-    if precision.native_bf16(precision.cpu_info()["flags"]):
+    if precision.native_bf16(precision.cpu_info()):
         probe = recorded["precision_probe"]
         assert set(probe) == {"fp32", "bf16"} and recorded["precision"] == max(probe, key=probe.get)
         assert os.path.exists(str(tmp_path / "cache" / "precision_probe.json"))
     else:  # an AVX2-only CPU: bf16 ruled out by its flags, nothing timed
         assert recorded["precision_probe"] == {} and recorded["precision"] == "fp32"
+    # oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA, as on an AVX2-only CPU): bf16 is ruled out whatever the
+    # CPU's flags, and nothing is timed (TensorFlow would abort on a bf16 matrix product there).
+    env = {"CIFAR10_CACHE_DIR": str(tmp_path / "cache2"), "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    code, out = run_job(mini_records, str(tmp_path / "held"), *flags.split(), env=env)
+    assert code == 0, out[-3000:]
+    recorded = json.load(open(os.path.join(str(tmp_path / "held"), "hparams.json")))["hparams"]
+    assert recorded["precision_probe"] == {} and recorded["precision"] == "fp32"
+    assert not os.path.exists(str(tmp_path / "cache2" / "precision_probe.json"))
 
 
 def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
@@ -331,7 +340,13 @@ def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
 
     avx2 = {"model": "AMD EPYC", "flags": {"avx2", "fma", "avx512f"}}
     assert precision.choose(hp(), cpu=avx2, timer=no_timing, cache_file=str(tmp_path / "c.json")) == ("fp32", {})
+    # A CPU with AMX whose oneDNN is held below bf16 (ONEDNN_MAX_CPU_ISA): as an AVX2-only one.
+    for isa in ("AVX2", "AVX512_CORE", "AVX2_VNNI_2", "SOMETHING_ELSE"):
+        held = {"model": "Xeon", "flags": {"amx_bf16", "avx512_bf16"}, "isa": isa}
+        assert precision.choose(hp(), cpu=held, timer=no_timing, cache_file=str(tmp_path / "c.json")) == ("fp32", {})
     assert not os.path.exists(str(tmp_path / "c.json"))
+    for isa in ("", "AVX512_CORE_BF16", "AVX512_CORE_AMX", "ALL"):
+        assert probe_cache.native_bf16({"flags": {"amx_bf16"}, "isa": isa}), isa
 
 
 def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
@@ -355,7 +370,7 @@ def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
     assert np.isfinite(list(probe.values())).all()
     # So is the same network after its code changed: an entry under the key without the code's digest
     # (as every key was before it) is not taken.
-    key = precision.cache_key(amx["model"], small)
+    key = precision.cache_key(amx, small)
     assert key.endswith("|" + precision.network_code_digest())
     with open(cache, "w") as f:
         json.dump({key.rsplit("|", 1)[0]: probe}, f)
@@ -405,3 +420,38 @@ def test_the_contention_benchmarks_competitor_takes_one_core_from_its_start_unti
         time.sleep(0.05)  # the loop pins itself as it starts
     assert os.sched_getaffinity(process.pid) == {core}
     assert competitor.stop() is True and process.poll() is not None
+
+
+def test_the_probes_cache_key_is_what_decides_speed(tmp_path):
+    """Under KVM "AMD EPYC" names Zen 3, 4 and 5 alike: the key tells them apart by family, model number
+    and flags, and by the cores this process may use and oneDNN's instruction-set cap."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+        "model name\t: AMD EPYC\nflags\t\t: fpu avx2 fma\n\nprocessor\t: 1\ncpu family\t: 25\n"
+        "model\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 fma\n"
+    )
+    zen3 = probe_cache.cpu_info(str(cpuinfo), environ={})
+    assert (zen3["model"], zen3["family"], zen3["model_number"], zen3["flags"]) == (
+        "AMD EPYC",
+        "25",
+        "1",
+        {"fpu", "avx2", "fma"},
+    )
+    assert zen3["isa"] == "" and zen3["cores"] == len(os.sched_getaffinity(0))
+    assert not probe_cache.native_bf16(zen3)
+    key = probe_cache.cpu_key(zen3)
+    assert key.startswith("AMD EPYC|family 25 model 1|flags ") and key.endswith("cores|isa any")
+    zen5 = dict(zen3, family="26", model_number="2", flags=zen3["flags"] | {"avx512f", "avx512_bf16"})
+    others = [
+        zen5,
+        dict(zen3, model_number="17"),
+        dict(zen3, flags=zen3["flags"] | {"avx512f"}),
+        dict(zen3, cores=zen3["cores"] + 1),
+        dict(zen3, isa="AVX2"),
+    ]
+    keys = {probe_cache.cpu_key(c) for c in others}
+    assert len(keys) == len(others) and key not in keys
+    assert probe_cache.native_bf16(zen5) and not probe_cache.native_bf16(dict(zen5, isa="AVX2"))
+    held = probe_cache.cpu_info(str(cpuinfo), environ={"ONEDNN_MAX_CPU_ISA": "avx2"})
+    assert held["isa"] == "AVX2" and probe_cache.cpu_key(held).endswith("|isa AVX2")

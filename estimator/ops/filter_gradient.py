@@ -124,19 +124,19 @@ def time_filter_gradients(x_shape, kernel_shape, dtype, runs: int = PROBE_RUNS, 
     return {name: round(seconds * 1e3, 3) for name, seconds in best.items()}
 
 
-def cache_key(cpu_model: str, x_shape, kernel_shape, dtype) -> str:
-    parts = (cpu_model, tf.__version__, tf.as_dtype(dtype).name, list(x_shape), list(kernel_shape))
+def cache_key(cpu: dict, x_shape, kernel_shape, dtype) -> str:
+    parts = (probe_cache.cpu_key(cpu), tf.__version__, tf.as_dtype(dtype).name, list(x_shape), list(kernel_shape))
     return "|".join(str(v) for v in parts)
 
 
 def choose(x_shape, kernel_shape, dtype, cpu=None, timer=time_filter_gradients, cache_file=None) -> str:
     """``MATMULS`` or ``NATIVE``: the faster filter gradient for this convolution on this CPU, timed on
-    first use and cached per CPU model, TensorFlow version, type and shape."""
+    first use and cached per CPU (``probe_cache.cpu_key``), TensorFlow version, type and shape."""
     import logging
 
     cpu = cpu or probe_cache.cpu_info()
     path = cache_file or probe_cache.cache_path(CACHE_FILE)
-    key = cache_key(cpu["model"], x_shape, kernel_shape, dtype)
+    key = cache_key(cpu, x_shape, kernel_shape, dtype)
     timing, measured = probe_cache.cached_probe(
         path, key, (NATIVE, MATMULS), lambda: timer(x_shape, kernel_shape, dtype)
     )

@@ -9,6 +9,7 @@ imports nothing of the package.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -17,9 +18,34 @@ import time
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def cpu_info(path: str = "/proc/cpuinfo") -> dict:
-    """``{"model": ..., "flags": set(...)}`` of this machine's CPU (Linux; elsewhere what platform says)."""
+# oneDNN's own variable: holds its kernels to an instruction set (``AVX2`` makes a CPU with AVX-512 do
+# what an AVX2-only one does). Below AVX512_CORE_BF16 oneDNN has no bf16 kernels, and TensorFlow 2.15,
+# which decides from the CPU's flags alone, then aborts the process on its first bf16 matrix product
+# ("could not create a primitive descriptor": measured on a Xeon with AMX held to AVX2).
+ISA_VARIABLE = "ONEDNN_MAX_CPU_ISA"
+# The values of ISA_VARIABLE under which oneDNN computes bf16 natively ("" and ALL: no cap).
+BF16_ISAS = (
+    "",
+    "ALL",
+    "DEFAULT",
+    "AVX512_CORE_BF16",
+    "AVX512_CORE_FP16",
+    "AVX10_1_512",
+    "AVX512_CORE_AMX",
+    "AVX10_1_512_AMX",
+    "AVX512_CORE_AMX_FP16",
+    "AVX10_1_512_AMX_FP16",
+)
+
+
+def cpu_info(path: str = "/proc/cpuinfo", environ=None) -> dict:
+    """This machine's CPU as far as speed goes: ``{"model", "family", "model_number", "flags" (a set),
+    "cores" (this process may use), "isa" (ONEDNN_MAX_CPU_ISA, upper case; "" where unset)}`` (Linux;
+    elsewhere what platform says). Under KVM the model name is often just "AMD EPYC" for three
+    generations: the family, model number and flags tell them apart."""
+    environ = os.environ if environ is None else environ
     model, flags = platform.processor() or platform.machine(), set()
+    family = model_number = ""
     try:
         with open(path) as f:
             for line in f:
@@ -29,13 +55,39 @@ def cpu_info(path: str = "/proc/cpuinfo") -> dict:
                     model = value.strip()
                 elif key == "flags" and not flags:
                     flags = set(value.split())
+                elif key == "cpu family" and not family:
+                    family = value.strip()
+                elif key == "model" and not model_number:
+                    model_number = value.strip()
     except OSError:
         pass
-    return {"model": model, "flags": flags}
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    isa = environ.get(ISA_VARIABLE, "").strip().upper()
+    return {"model": model, "family": family, "model_number": model_number, "flags": flags, "cores": cores, "isa": isa}
 
 
-def native_bf16(flags) -> bool:
-    return any(flag in flags for flag in NATIVE_BF16_FLAGS)
+def cpu_key(cpu: dict) -> str:
+    """What decides a probe's figures on this CPU, for cache keys: model name, family and model number,
+    a digest of the flags, the cores, oneDNN's instruction-set cap."""
+    flags = hashlib.sha256(" ".join(sorted(cpu.get("flags", ()))).encode()).hexdigest()[:10]
+    return "%s|family %s model %s|flags %s|%s cores|isa %s" % (
+        cpu.get("model", ""),
+        cpu.get("family", ""),
+        cpu.get("model_number", ""),
+        flags,
+        cpu.get("cores", ""),
+        cpu.get("isa") or "any",
+    )
+
+
+def native_bf16(cpu: dict) -> bool:
+    """Whether TensorFlow computes bf16 natively here: the CPU has AVX512-BF16 or AMX, and oneDNN is not
+    held below them (``ISA_VARIABLE``); elsewhere bf16 is emulated (about 16x slower than fp32) or aborts."""
+    has_flags = any(flag in cpu.get("flags", ()) for flag in NATIVE_BF16_FLAGS)
+    return has_flags and cpu.get("isa", "") in BF16_ISAS
 
 
 def cache_path(name: str) -> str:

@@ -25,8 +25,10 @@ import os
 
 from estimator.common import cluster as cluster_lib
 from estimator.common import storage
+from estimator.common.options import Precision
 from estimator.data import records as fmt
 from estimator.data.pipeline import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
+from estimator.ops import probe_cache
 from estimator.training import devices, flags
 from estimator.training import hparams as hparams_lib
 
@@ -101,10 +103,17 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
     )
     hp = hparams_lib.HParams(**values)
     hparams_lib.check_schedule(hp)
-    if hp.precision == hparams_lib.AUTO:
+    cpu = probe_cache.cpu_info(environ=environ)
+    if hp.precision == Precision.BF16 and hp.num_gpus == 0 and cpu["isa"] not in probe_cache.BF16_ISAS:
+        raise ValueError(
+            "--precision bf16: %s=%s holds oneDNN below bf16 on this CPU, where TensorFlow 2.15 aborts on the "
+            "first bf16 matrix product: use --precision fp32 or auto, or unset %s."
+            % (probe_cache.ISA_VARIABLE, cpu["isa"], probe_cache.ISA_VARIABLE)
+        )
+    if hp.precision == Precision.AUTO:
         from estimator.training import precision
 
-        chosen, probe = precision.choose(hp.replace(precision="fp32"))
+        chosen, probe = precision.choose(hp.replace(precision="fp32"), cpu=cpu)
         hp = hp.replace(precision=chosen, precision_probe=probe)
     return hp
 

@@ -21,7 +21,7 @@ import hashlib
 
 from estimator.networks import airbench, layers, registry, resnet
 from estimator.ops import filter_gradient, gelu
-from estimator.ops.probe_cache import cache_path, cached_probe, cpu_info, native_bf16, seconds_per_run
+from estimator.ops.probe_cache import cache_path, cached_probe, cpu_info, cpu_key, native_bf16, seconds_per_run
 
 CANDIDATES = ("fp32", "bf16")
 CACHE_FILE = "precision_probe.json"
@@ -44,13 +44,13 @@ def network_code_digest(paths=None) -> str:
     return digest.hexdigest()[:12]
 
 
-def cache_key(cpu_model: str, hp) -> str:
+def cache_key(cpu: dict, hp) -> str:
     import tensorflow as tf
 
     return "|".join(
         str(v)
         for v in (
-            cpu_model,
+            cpu_key(cpu),
             tf.__version__,
             hp.network,
             hp.num_layers,
@@ -123,7 +123,7 @@ def evaluation_speedup(hp, cpu=None, timers=(time_training_steps, time_evaluatio
     """
     cpu = cpu or cpu_info()
     path = cache_file or cache_path(EVAL_CACHE_FILE)
-    key = "|".join((cache_key(cpu["model"], hp), hp.precision, str(hp.eval_batch_size // len(hp.towers))))
+    key = "|".join((cache_key(cpu, hp), hp.precision, str(hp.eval_batch_size // len(hp.towers))))
     train, evaluate = timers
     probe, _ = cached_probe(
         path,
@@ -137,14 +137,14 @@ def evaluation_speedup(hp, cpu=None, timers=(time_training_steps, time_evaluatio
 def choose(hp, cpu=None, timer=time_training_steps, cache_file=None):
     """``(precision, probe)``: the faster of fp32 and bf16 for ``hp``'s network on this CPU.
 
-    ``probe`` maps each precision timed to its images/s; it is empty where the CPU's flags
-    ruled bf16 out (then fp32, and nothing is timed).
+    ``probe`` maps each precision timed to its images/s; it is empty where bf16 is not native here (the
+    CPU's flags, or ``ONEDNN_MAX_CPU_ISA`` holding oneDNN below bf16: then fp32, and nothing is timed).
     """
     cpu = cpu or cpu_info()
-    if not native_bf16(cpu["flags"]):
+    if not native_bf16(cpu):
         return "fp32", {}
     path = cache_file or cache_path(CACHE_FILE)
     probe, _ = cached_probe(
-        path, cache_key(cpu["model"], hp), CANDIDATES, lambda: {p: round(timer(hp, p), 1) for p in CANDIDATES}
+        path, cache_key(cpu, hp), CANDIDATES, lambda: {p: round(timer(hp, p), 1) for p in CANDIDATES}
     )
     return max(CANDIDATES, key=lambda p: probe[p]), probe
