@@ -120,14 +120,32 @@ class Hooks:
     stop: object = None  # a resilience.SignalStop, or None
 
 
-def evaluation_images(hp: hparams_lib.HParams) -> int:
-    """Images the evaluations after training see, each TTA view counted (what the budget reserves for)."""
+# The test evaluation's optional views, in the order a time budget keeps them: the mirror image (flip
+# TTA: one more pass), then the 1-pixel translations of both (TTA: four more).
+FLIP_VIEW, TRANSLATIONS_VIEW = "flip", "translations"
+
+
+def evaluation_images(hp: hparams_lib.HParams):
+    """What the evaluations after training see, each view counted: ``(images always evaluated,
+    [(optional view, images)])``. The optional views are the test evaluation's TTA ones asked for."""
     data = Cifar10DataSet(hp.data_dir, fmt.TEST)
-    test_views = 1 + int(hp.eval_flip_tta) + 5 * int(hp.eval_tta)
-    total = test_views * data.num_examples_per_epoch(fmt.TEST)
+    test = data.num_examples_per_epoch(fmt.TEST)
+    always = test
     if hp.validates:
-        total += (1 + int(hp.validation_flip_tta)) * data.num_examples_per_epoch(fmt.VALIDATION)
-    return total
+        always += (1 + int(hp.validation_flip_tta)) * data.num_examples_per_epoch(fmt.VALIDATION)
+    views = []
+    if hp.eval_flip_tta or hp.eval_tta:
+        views.append((FLIP_VIEW, test))
+    if hp.eval_tta:
+        views.append((TRANSLATIONS_VIEW, 4 * test))
+    return always, views
+
+
+def test_hparams(hp: hparams_lib.HParams, views) -> hparams_lib.HParams:
+    """``hp`` for the test evaluation with only ``views`` of its optional ones."""
+    return hp.replace(
+        eval_flip_tta=hp.eval_flip_tta and FLIP_VIEW in views, eval_tta=hp.eval_tta and TRANSLATIONS_VIEW in views
+    )
 
 
 def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
@@ -157,15 +175,17 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
             ", ".join("%s %.0f" % kv for kv in sorted(timed.items())),
             speedup,
         )
+    always, views = evaluation_images(hp)
     return time_budget.Planner(
         hp.time_budget,
         estimator.STARTED,
         state,
         hp.global_batch_size,
-        evaluation_images(hp),
+        always,
         guess_images_per_sec=guess,
         eval_speedup=speedup,
         step_cost=hp.image_sizes,
+        optional_views=tuple(views),
     )
 
 
@@ -259,11 +279,20 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
     """On the chief after training: the final export, the test evaluation and results.json."""
     if hp.export:
         exporters.export_final(hp, estimator_.latest_checkpoint())
+    planner = job_hooks.planner
+    test_hp, dropped = hp, []
+    if planner is not None:
+        # The views that still fit the budget's time left; the plan kept time for them.
+        kept, dropped = planner.views_that_fit(planner.clock())
+        test_hp = test_hparams(hp, kept)
+        dropped = [v for v in dropped if v in dict(evaluation_images(hp)[1])]
+        if dropped:
+            logs.info("time budget: test evaluation without the %s view(s): they do not fit", " and ".join(dropped))
     test_estimator = estimator_
-    if (hp.eval_flip_tta, hp.eval_tta) != (hp.validation_flip_tta, False):
+    if (test_hp.eval_flip_tta, test_hp.eval_tta) != (hp.validation_flip_tta, False):
         # The test evaluation's model_fn with the test split's TTA setting (hparams.json: derived).
-        test_estimator = tf.estimator.Estimator(model_fn=model_fn, config=estimator_.config, params=hp)
-    test = test_estimator.evaluate(input_fn(hp, fmt.TEST), name="test")
+        test_estimator = tf.estimator.Estimator(model_fn=model_fn, config=estimator_.config, params=test_hp)
+    test = test_estimator.evaluate(input_fn(test_hp, fmt.TEST), name="test")
     if not hp.validates:
         validation = None
     elif job_hooks.reporter.results:
@@ -297,7 +326,10 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
     for key in ("accuracy_flip_tta", "accuracy_tta"):
         if key in test:
             results[key] = float(test[key])
-    planner = job_hooks.planner
+    asked = [name for name, _ in evaluation_images(hp)[1]]
+    results["final_views"] = ["plain"] + [v for v in asked if v not in dropped]
+    if dropped:
+        results["final_views_dropped"] = dropped
     if planner is not None:
         results.update(
             time_budget_secs=hp.time_budget,
@@ -358,6 +390,27 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
         derived["per_tower_batch_size"],
         storage.join(hp.job_dir, config.HPARAMS_FILE),
     )
+    choice = hp.network_choice
+    if choice:
+        logs.info(
+            "--network auto: %s%s; %s: %s",
+            choice["member"],
+            " (kept from the job's first run)" if choice.get("kept_from_the_first_run") else "",
+            choice.get("why", ""),
+            "; ".join(
+                "%s %.0f img/s (%s), %.1f epochs, %s"
+                % (
+                    c["member"],
+                    c["images_per_sec"],
+                    c["speed"],
+                    c["epochs"],
+                    "expected %.2f%%" % (100 * c["expected_accuracy"])
+                    if c["expected_accuracy"]
+                    else "not in the table",
+                )
+                for c in choice.get("candidates", [])
+            ),
+        )
 
 
 def run(hp: hparams_lib.HParams, stop=None):

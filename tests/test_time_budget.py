@@ -41,7 +41,9 @@ class Clock:
         return self.now
 
 
-def planner(clock, budget=100.0, used=0.0, progress=0.0, final_images=0, fixed=10.0, guess=500.0, speedup=4.0):
+def planner(
+    clock, budget=100.0, used=0.0, progress=0.0, final_images=0, fixed=10.0, guess=500.0, speedup=4.0, views=()
+):
     state = BudgetState(budget, used_secs=used, progress=progress)
     return Planner(
         budget,
@@ -54,6 +56,7 @@ def planner(clock, budget=100.0, used=0.0, progress=0.0, final_images=0, fixed=1
         replan_secs=15.0,
         final_fixed_secs=fixed,
         eval_speedup=speedup,
+        optional_views=tuple(views),
     )
 
 
@@ -114,17 +117,21 @@ def test_re_plans_end_training_at_the_deadline_and_use_the_budget():
     assert 290 - 1 / 8.0 - 0.5 <= clock.now <= 290
 
 
-def run_resized(step_cost, full_steps_per_sec=4.0, budget=300.0):
+def run_resized(step_cost, full_steps_per_sec=4.0, budget=300.0, exponent=2.0, start=24, slow_from=None):
     """A simulated run of ``--progressive-resize 24``: each step takes the time of its size (at the
-    progress of the plan the graph holds) at ``full_steps_per_sec`` full-size steps/s."""
-    sizes = schedules.ImageSizes(24, 0.5, 32)
+    progress of the plan the graph holds) at ``full_steps_per_sec`` full-size steps/s, a step's time
+    growing as its side to the power ``exponent`` (2: as its pixels); from ``slow_from`` seconds on,
+    every step takes twice as long (another process takes a core)."""
+    sizes = schedules.ImageSizes(start, 0.5, 32)
     clock = Clock()
     p = planner(clock, budget=budget, fixed=10.0)
     p.step_cost = step_cost
     p.begin(0)
     step = 0
     while True:
-        clock.now += sizes.cost_at(p.plan.progress(step)) / full_steps_per_sec
+        side = sizes.size_at(p.plan.progress(step))
+        slow = 2.0 if slow_from is not None and clock.now >= slow_from else 1.0
+        clock.now += slow * (side / 32) ** exponent / full_steps_per_sec
         step += 1
         p.after_step(step)
         if p.should_stop(step):
@@ -153,6 +160,36 @@ def test_a_plan_with_progressive_resizing_counts_the_cheaper_small_steps():
     assert len(p.state.replans) == 1 and last == p.plan.total_steps and not p.stopped_early
     assert 290 - 0.25 <= now <= 290
     assert p.full_size_steps_per_sec == pytest.approx(4.0, rel=1e-3)
+
+
+def test_speeds_are_measured_per_image_size_where_the_pixels_share_is_off():
+    """On a CPU where small steps are not as cheap as their pixels (a step's time as its side^1.2, as the
+    fixed costs of fp32 steps make it), each size's speed is measured as it comes, the sizes still to
+    come are estimated from the power the measured ones show, and training ends at the deadline."""
+    sizes = schedules.ImageSizes(20, 0.5, 32)
+    p, last, now = run_resized(sizes, exponent=1.2, start=20)
+    assert sorted(p.size_secs) == [20, 24, 28, 32]
+    for side, secs in p.size_secs.items():
+        assert secs == pytest.approx((side / 32) ** 1.2 / 4.0, rel=1e-3)
+    assert p.full_size_steps_per_sec == pytest.approx(4.0, rel=1e-3)
+    assert p.state.replans[-1]["steps_per_sec_by_size"]["20"] == pytest.approx(4.0 / 0.625**1.2, rel=1e-3)
+    assert last == p.plan.total_steps and not p.stopped_early and 290 - 0.3 <= now <= 290
+    # Estimated before they are measured: from 20 and 24 pixels, 28 and 32 at the power 1.2.
+    fresh = planner(Clock(), budget=300.0)
+    fresh.step_cost = sizes
+    fresh.size_secs = {20: (20 / 32) ** 1.2, 24: (24 / 32) ** 1.2}
+    assert fresh.secs_per_step(32) == pytest.approx(1.0) and fresh.secs_per_step(28) == pytest.approx(0.875**1.2)
+    fresh.size_secs = {20: 0.25}  # one size measured: the pixels' share
+    assert fresh.secs_per_step(32) == pytest.approx(0.25 * 2.56)
+
+
+def test_per_size_speeds_follow_a_machine_that_slows_down():
+    """Another process takes a core at 60 s: the size measured again is twice as slow, and so is every
+    other size measured before it; the plan follows and training still ends by the deadline."""
+    sizes = schedules.ImageSizes(24, 0.5, 32)
+    p, last, now = run_resized(sizes, slow_from=60.0)
+    assert p.size_secs[32] == pytest.approx(2 * 1 / 4.0, rel=1e-2)
+    assert now <= 290 and last == p.plan.total_steps
 
 
 def test_a_plan_blind_to_progressive_resizing_over_plans_and_re_plans():
@@ -189,6 +226,50 @@ def test_evaluation_images_are_reserved_at_the_measured_speed():
     # The hook notes what it kept when training ends (results.json: final_secs_reserved).
     fast.end_training()
     assert fast.training_ended == (clock.now, pytest.approx(18.0))
+
+
+def test_tta_views_are_planned_within_the_ends_share_and_dropped_when_they_no_longer_fit():
+    """A 300 s budget keeps at most 45 s (FINAL_SHARE) for the end with its optional views: at 800 training
+    images/s and evaluation at 4x (3,200 images/s), 10,000 plain test images and 8 s fixed take 11.1 s;
+    the flip view (10,000 more) 3.1 s; the translations (40,000) 12.5 s more: 26.8 s in all, kept. At a
+    quarter of the speed they would take 8 + 12.5 + 12.5 + 50 = 83 s: only the flip view fits 45 s."""
+    views = [("flip", 10000), ("translations", 40000)]
+    clock = Clock()
+    p = planner(clock, budget=300.0, final_images=10000, fixed=8.0, views=views)
+    p.begin(0)
+    run_steps(p, clock, 1, 100, 8.0, [])
+    assert time_budget.FINAL_SHARE == 0.15
+    assert p.planned_views() == ["flip", "translations"]
+    assert p.final_secs() == pytest.approx(8.0 + 60000 / 3200)
+    slow = planner(Clock(), budget=300.0, final_images=10000, fixed=8.0, views=views)
+    slow.begin(0)
+    run_steps(slow, slow.clock, 1, 100, 2.0, [])
+    assert slow.planned_views() == ["flip"]
+    assert slow.final_secs() == pytest.approx(8.0 + 20000 / 800)  # 33 s: the translations' 50 s not kept
+    # At the end: the views that still fit the time left. Training ended late (a stall): 20 s are left,
+    # where plain and flip take 33 s: plain alone, the flip view dropped with the translations.
+    slow.clock.now = slow.deadline - 20.0
+    assert slow.views_that_fit(slow.clock()) == ([], ["flip", "translations"])
+    slow.clock.now = slow.deadline - 40.0
+    assert slow.views_that_fit(slow.clock()) == (["flip"], ["translations"])
+    # Never beyond the plan, however much time is left.
+    slow.clock.now = slow.deadline - 200.0
+    assert slow.views_that_fit(slow.clock()) == (["flip"], ["translations"])
+    # The plain evaluation alone past the share: no optional view is planned, the plain one still runs.
+    tiny = planner(Clock(), budget=60.0, final_images=10000, fixed=8.0, views=views)
+    tiny.begin(0)
+    run_steps(tiny, tiny.clock, 1, 100, 2.0, [])
+    assert tiny.planned_views() == [] and tiny.final_secs() == pytest.approx(8.0 + 12.5)
+
+
+def test_the_test_evaluations_views_are_counted_once():
+    from estimator import train
+    from tests.helpers import hp
+
+    both = hp(eval_flip_tta=True, eval_tta=True)
+    assert train.test_hparams(both, ["flip"]) == both.replace(eval_tta=False)
+    assert train.test_hparams(both, []) == both.replace(eval_tta=False, eval_flip_tta=False)
+    assert train.test_hparams(both.replace(eval_flip_tta=False), ["flip", "translations"]).eval_flip_tta is False
 
 
 def test_evaluation_speed_is_timed_on_the_real_network_and_cached(tmp_path):
@@ -455,3 +536,23 @@ def test_the_probes_cache_key_is_what_decides_speed(tmp_path):
     assert probe_cache.native_bf16(zen5) and not probe_cache.native_bf16(dict(zen5, isa="AVX2"))
     held = probe_cache.cpu_info(str(cpuinfo), environ={"ONEDNN_MAX_CPU_ISA": "avx2"})
     assert held["isa"] == "AVX2" and probe_cache.cpu_key(held).endswith("|isa AVX2")
+
+
+def test_a_probe_is_the_median_run_so_a_burst_of_another_process_does_not_stick():
+    """Three of eight timed runs slowed tenfold by another process (a burst at start-up): the probe,
+    cached for every later job, still gives the machine's speed."""
+
+    class Session:
+        def __init__(self, durations):
+            self.durations, self.runs = list(durations), 0
+
+        def run(self, fetch):
+            self.runs += 1
+            clock.now += self.durations.pop(0)
+
+    clock = Clock()
+    durations = [5.0, 5.0] + [1.0, 1.0, 1.0, 10.0, 10.0, 10.0, 1.0, 1.0]  # 2 warm-up, 8 timed
+    session = Session(durations)
+    assert probe_cache.seconds_per_run(session, None, 8, 2, clock=clock) == 1.0 and session.runs == 10
+    even = Session([2.0, 4.0, 10.0, 3.0])
+    assert probe_cache.seconds_per_run(even, None, 4, 0, clock=clock) == 3.5

@@ -32,10 +32,12 @@ class Precision(Choice):
 
 
 class Network(Choice):
-    """--network: He et al.'s ResNets, or airbench's network."""
+    """--network: He et al.'s ResNets, airbench's network, or (auto) the member of airbench's family a
+    time budget buys the most accuracy with (``estimator.networks.family``)."""
 
     RESNET = "resnet"
     AIRBENCH = "airbench"
+    AUTO = "auto"
 
 
 class ResNetVersion(Choice):

@@ -130,12 +130,18 @@ def cached_probe(path: str, key: str, names, measure):
     return dict(probe), True
 
 
-def seconds_per_run(sess, fetch, steps: int, warmup: int) -> float:
-    """Mean wall seconds of ``sess.run(fetch)`` over ``steps`` runs, after ``warmup`` untimed ones
-    (the first runs pay for graph optimisation, kernel selection and XLA compilation)."""
+def seconds_per_run(sess, fetch, steps: int, warmup: int, clock=time.perf_counter) -> float:
+    """The median wall seconds of ``sess.run(fetch)`` over ``steps`` runs, after ``warmup`` untimed ones
+    (the first runs pay for graph optimisation, kernel selection and XLA compilation). The median, not
+    the mean: a probe is cached for every later job on the machine, and a burst of another process
+    during a few of its runs must not make them all slow."""
     for _ in range(warmup):
         sess.run(fetch)
-    start = time.perf_counter()
+    times = []
     for _ in range(steps):
+        start = clock()
         sess.run(fetch)
-    return (time.perf_counter() - start) / steps
+        times.append(clock() - start)
+    times.sort()
+    middle = len(times) // 2
+    return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2

@@ -25,7 +25,7 @@ import os
 
 from estimator.common import cluster as cluster_lib
 from estimator.common import storage
-from estimator.common.options import Precision
+from estimator.common.options import Network, Precision
 from estimator.data import records as fmt
 from estimator.data.pipeline import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
 from estimator.ops import probe_cache
@@ -101,9 +101,11 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
         num_train_examples=num_train,
         tensorboard_dir=tensorboard_dir,
     )
+    cpu = probe_cache.cpu_info(environ=environ)
+    if args.network == Network.AUTO:
+        values.update(_choose_network(args, values, job_dir, cpu))
     hp = hparams_lib.HParams(**values)
     hparams_lib.check_schedule(hp)
-    cpu = probe_cache.cpu_info(environ=environ)
     if hp.precision == Precision.BF16 and hp.num_gpus == 0 and cpu["isa"] not in probe_cache.BF16_ISAS:
         raise ValueError(
             "--precision bf16: %s=%s holds oneDNN below bf16 on this CPU, where TensorFlow 2.15 aborts on the "
@@ -118,11 +120,96 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
     return hp
 
 
+# The flags a member of the family sets, and whether one given by hand narrows the choice (the network's
+# shape) or overrides the member's own value (its augmentation).
+_MEMBER_SHAPE = ("group_depth", "width_multiplier")
+_MEMBER_AUGMENTATION = ("crop_padding", "cutout")
+
+
+def _choose_network(args, values: dict, job_dir: str, cpu: dict) -> dict:
+    """``--network auto``: the member of airbench's family for this budget on this machine, as HParams
+    values (its network, shape and augmentation, and ``network_choice``, the record of why). A job dir
+    that recorded a choice keeps it: the checkpoints are that member's."""
+    from estimator.networks import family
+
+    given = getattr(args, "given", set())
+    earlier = _recorded(job_dir)
+    if earlier.get("network_choice"):
+        recorded = earlier["network_choice"]
+        member, record = family.member(recorded["member"]), dict(recorded, kept_from_the_first_run=True)
+        probe = earlier.get("precision_probe") or {}
+    else:
+        member, record, probe = _measure_and_choose(args, values, cpu, given)
+    chosen_values = {"network": Network.AIRBENCH, "network_choice": record}
+    if args.precision == Precision.AUTO:  # chosen with the reference member: not timed again
+        chosen_values.update(precision=record["precision"], precision_probe=probe)
+    for name in _MEMBER_SHAPE + _MEMBER_AUGMENTATION:
+        if name not in given or name in _MEMBER_SHAPE:
+            chosen_values[name] = getattr(member, name)
+    return chosen_values
+
+
+def _measure_and_choose(args, values: dict, cpu: dict, given: set):
+    """Times the family's reference member (and, in the job's precision, each member that could win in
+    this budget; cached per CPU like every probe) and lets ``family.choose`` pick. Returns ``(member,
+    record, precision probe)``: with ``--precision auto`` the precision is chosen on the reference."""
+    from estimator.networks import family
+    from estimator.training import precision, schedules
+
+    def member_hp(m, precision_):
+        return hparams_lib.HParams(
+            **dict(
+                values,
+                network=Network.AIRBENCH,
+                group_depth=m.group_depth,
+                width_multiplier=m.width_multiplier,
+                precision=precision_,
+            )
+        )
+
+    reference = family.member(family.REFERENCE)
+    chosen = Precision.FP32 if args.precision == Precision.AUTO else Precision(args.precision)
+    rate, probe = None, {}
+    if args.precision == Precision.AUTO:
+        chosen, probe = precision.choose(member_hp(reference, Precision.FP32), cpu=cpu)
+        rate = probe.get(chosen)
+    if rate is None:  # bf16 ruled out (nothing timed), or the precision named
+        rate = precision.training_speed(member_hp(reference, chosen), cpu=cpu)
+    step_cost = 1.0
+    if args.progressive_resize:
+        sizes = schedules.ImageSizes(args.progressive_resize, args.progressive_resize_until, fmt.HEIGHT)
+        step_cost = sizes.mean_cost(0.0, 1.0)
+    rates = {}
+    for m in family.MEMBERS:
+        if any(getattr(m, name) != getattr(args, name) for name in _MEMBER_SHAPE if name in given):
+            continue  # a shape given by hand narrows the family
+        if m.name == reference.name:
+            rates[m.name] = (rate, "timed")
+            continue
+        estimate = family.estimated_rate(m.name, rate)
+        if family.worth_timing(m.name, args.time_budget, estimate, values["num_train_examples"], step_cost):
+            rates[m.name] = (precision.training_speed(member_hp(m, chosen), cpu=cpu), "timed")
+        else:
+            rates[m.name] = (estimate, "estimated from multiply-adds")
+    member, record = family.choose(args.time_budget, rates, values["num_train_examples"], step_cost=step_cost)
+    record["precision"] = str(chosen)
+    return member, record, probe
+
+
+def _recorded(job_dir: str) -> dict:
+    """What ``job_dir``'s hparams.json recorded ({} for a new job)."""
+    path = storage.join(job_dir, HPARAMS_FILE)
+    if not storage.exists(path):
+        return {}
+    return json.loads(storage.read_text(path)).get("hparams", {})
+
+
 def parse(argv=None, parser=None, environ=None):
     """``resolve`` for a command line: returns ``(hparams, parsed args)``; on bad input prints the
     message and exits with status 2 (argparse's convention), having written nothing."""
     parser = parser or flags.build_parser()
     args = parser.parse_args(argv)
+    args.given = flags.given_flags(argv)  # what was fixed by hand: --network auto keeps to it
     try:
         return resolve(args, environ), args
     except (ValueError, MissingDataError) as e:

@@ -221,7 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--network",
         "resnet: the 6n+2-layer ResNets of He et al. (--num-layers, --resnet-version); airbench: the network of "
         "Keller Jordan's airbench94 (a fixed whitening layer and three groups of convolutions, 64/256/256 "
-        "filters), which learns more per epoch of a short run.",
+        "filters), which learns more per epoch of a short run; auto (with --time-budget): the member of "
+        "airbench's family (widths 0.25 to 1, airbench94's or airbench96's groups, each with its augmentation) "
+        "expected to be most accurate for the epochs this machine affords in the budget, from its measured "
+        "speed (--group-depth or --width-multiplier given by hand narrow the choice).",
         choices=list(registry.NETWORKS),
     )
     flag("--num-layers", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...", type=_int)
@@ -488,6 +491,15 @@ _THRESHOLD_HELP = {
 }
 
 
+def given_flags(argv) -> set:
+    """The destinations of the flags ``argv`` gives (``@FILE`` expanded), defaults left out: what was
+    fixed by hand (``--network auto`` chooses only among members that agree with it)."""
+    parser = build_parser()
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_known_args(argv)[0]))  # a parser that extends the trainer's has more
+
+
 def flag_names() -> set:
     """Every option string the trainer takes (``--x`` and ``--no-x``): argparse keeps them
     in a private table, read here only."""
@@ -627,7 +639,12 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
             % args.num_gpus
         )
     resnet.check_width(args.width_multiplier)
-    if args.network == Network.AIRBENCH:
+    if args.network == Network.AUTO and args.time_budget is None:
+        raise ValueError(
+            "--network auto chooses the network for --time-budget: give a budget (e.g. --time-budget 5m), or name "
+            "the network (--network airbench)."
+        )
+    if args.network in (Network.AIRBENCH, Network.AUTO):
         defaults = HParams(data_dir="", job_dir="")
         given = [
             "%s %s" % (flag_name(name), getattr(args, name))
@@ -636,15 +653,15 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         ]
         if given:
             raise ValueError(
-                "%s shape a ResNet; --network airbench has its own fixed layers: drop them or use --network resnet."
-                % " and ".join(given)
+                "%s shape a ResNet; --network %s has its own fixed layers: drop them or use --network resnet."
+                % (" and ".join(given), args.network)
             )
     if args.zero_init_residual and args.resnet_version != ResNetVersion.V1:
         raise ValueError(
             "--zero-init-residual zeroes the last batch norm of v1 residual units; %s units end with a convolution: "
             "drop it or use --resnet-version v1." % args.resnet_version
         )
-    if args.network != Network.AIRBENCH and args.group_depth != HParams.group_depth:
+    if args.network == Network.RESNET and args.group_depth != HParams.group_depth:
         raise ValueError(
             "--group-depth %d shapes the groups of --network airbench; a ResNet's depth is --num-layers: drop it "
             "or use --network airbench." % args.group_depth

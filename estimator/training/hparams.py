@@ -57,6 +57,10 @@ class HParams:
     # resnet: ResNetCifar10 (num_layers, resnet_version); airbench: airbench94's network
     # (estimator.networks.airbench), which ignores both.
     network: Network = Network.RESNET
+    # --network auto: the member of airbench's family chosen for the budget, and why (family.choose's
+    # record: the candidates, their estimated speed and epochs, the accuracy the table expects). A
+    # restarted job keeps it. None: the network was named.
+    network_choice: dict = None
     # The airbench network's 3x3 convolutions per group: 2 (airbench94's) or 3 (airbench96's, a residual
     # around the last two; about 1.36x the FLOPs per image).
     group_depth: int = 2

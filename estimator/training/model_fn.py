@@ -404,31 +404,33 @@ def restore_map(hp, variables=None):
     return names
 
 
-def _tta_probabilities(hp, images, labels, logits):
+def _view_logits(hp, view, labels):
+    towers, _, _ = build_towers(hp, view, labels, tf.estimator.ModeKeys.EVAL, reuse=True)
+    return tf.concat([o.logits for o in towers], axis=0)
+
+
+def _tta_probabilities(hp, images, labels, logits, flipped_logits):
     """Mean probabilities over flips and 1-pixel translations (airbench's test-time augmentation):
-    the image and its mirror, each as it is (weight 1/4) and shifted one pixel up-left and down-right
-    with zero padding as in training (1/8 each)."""
+    the image and its mirror (``flipped_logits``, shared with flip TTA), each as it is (weight 1/4) and
+    shifted one pixel up-left and down-right with zero padding as in training (1/8 each): six views."""
     padded = tf.pad(images, [[0, 0], [1, 1], [1, 1], [0, 0]])
     height, width = fmt.HEIGHT, fmt.WIDTH
     shifted = [padded[:, :height, :width, :], padded[:, 2:, 2:, :]]
-    views = [(tf.reverse(images, axis=[2]), 0.25)]
+    views = []
     for view in shifted:
         views += [(view, 0.125), (tf.reverse(view, axis=[2]), 0.125)]
-    total = 0.25 * tf.nn.softmax(logits)
+    total = 0.25 * tf.nn.softmax(logits) + 0.25 * tf.nn.softmax(flipped_logits)
     for view, weight in views:
-        towers, _, _ = build_towers(hp, view, labels, tf.estimator.ModeKeys.EVAL, reuse=True)
-        total += weight * tf.nn.softmax(tf.concat([o.logits for o in towers], axis=0))
+        total += weight * tf.nn.softmax(_view_logits(hp, view, labels))
     return total
 
 
-def _flip_tta_accuracy(hp, images, labels, logits, weights):
+def _flip_tta_accuracy(labels, logits, flipped_logits, weights):
     """Accuracy of the mean of the probabilities of each image and its mirror image.
 
     Training flips images at random, so the mirror is as good a view as the
     original; reported beside the plain accuracy, never instead of it.
     """
-    flipped, _, _ = build_towers(hp, tf.reverse(images, axis=[2]), labels, tf.estimator.ModeKeys.EVAL, reuse=True)
-    flipped_logits = tf.concat([o.logits for o in flipped], axis=0)
     probabilities = tf.nn.softmax(logits) + tf.nn.softmax(flipped_logits)
     return v1.metrics.accuracy(
         tf.maximum(labels, 0), tf.argmax(probabilities, axis=1, output_type=tf.int32), weights=weights
@@ -463,10 +465,14 @@ def model_fn(features, labels, mode, params, config=None):
             "eval_examples": eval_metrics.sum_metric(weights, "eval_examples"),
         }
         metrics.update(eval_metrics.class_metrics(features, labels, predictions, weights))
+        if hp.eval_flip_tta or hp.eval_tta:
+            # The mirror is one view of each: computed once (views: evaluation_views).
+            flipped_logits = _view_logits(hp, tf.reverse(features, axis=[2]), labels)
         if hp.eval_flip_tta:
-            metrics["accuracy_flip_tta"] = _flip_tta_accuracy(hp, features, labels, logits, weights)
+            metrics["accuracy_flip_tta"] = _flip_tta_accuracy(labels, logits, flipped_logits, weights)
         if hp.eval_tta:
-            classes = tf.argmax(_tta_probabilities(hp, features, labels, logits), axis=1, output_type=tf.int32)
+            probabilities = _tta_probabilities(hp, features, labels, logits, flipped_logits)
+            classes = tf.argmax(probabilities, axis=1, output_type=tf.int32)
             metrics["accuracy_tta"] = v1.metrics.accuracy(tf.maximum(labels, 0), classes, weights=weights)
         return tf.estimator.EstimatorSpec(
             mode, loss=loss, predictions=predictions, eval_metric_ops=metrics, scaffold=_scaffold(hp)

@@ -26,6 +26,7 @@ from estimator.ops.probe_cache import cache_path, cached_probe, cpu_info, cpu_ke
 CANDIDATES = ("fp32", "bf16")
 CACHE_FILE = "precision_probe.json"
 EVAL_CACHE_FILE = "evaluation_speed_probe.json"
+TRAIN_CACHE_FILE = "training_speed_probe.json"
 PROBE_WARMUP_STEPS = 3
 PROBE_STEPS = 8
 
@@ -132,6 +133,16 @@ def evaluation_speedup(hp, cpu=None, timers=(time_training_steps, time_evaluatio
         lambda: {"train": round(train(hp, hp.precision), 1), "eval": round(evaluate(hp, hp.precision), 1)},
     )
     return probe["eval"] / probe["train"], probe
+
+
+def training_speed(hp, cpu=None, timer=time_training_steps, cache_file=None) -> float:
+    """Training images/s of ``hp``'s network in ``hp.precision`` on this CPU (a few steps; cached like the
+    other probes): what ``--network auto`` compares the family's members by."""
+    cpu = cpu or cpu_info()
+    path = cache_file or cache_path(TRAIN_CACHE_FILE)
+    key = "|".join((cache_key(cpu, hp), hp.precision))
+    probe, _ = cached_probe(path, key, ("train",), lambda: {"train": round(timer(hp, hp.precision), 1)})
+    return probe["train"]
 
 
 def choose(hp, cpu=None, timer=time_training_steps, cache_file=None):

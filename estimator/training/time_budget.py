@@ -67,6 +67,10 @@ REPLAN_SECS = 15.0
 # ResNet-20 is 400-1,100 images/s): it only shapes the warm-up of the first ~10 s.
 GUESS_IMAGES_PER_SEC = 500.0
 REPLAN_TOLERANCE = 0.01
+# The share of the budget that what follows training may take with its optional test-time views: a view
+# that would take the end past it is not planned (plain accuracy is always evaluated), so TTA never starves
+# training (at 5 minutes: 45 s). On an AVX2-only EPYC the 5-minute recipe's three evaluations took 111 s.
+FINAL_SHARE = 0.15
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -160,10 +164,16 @@ class Planner:
       eval_speedup: evaluation images/s over training images/s on this machine
         (``precision.evaluation_speedup``, measured); ``EVAL_SPEEDUP`` where not measured.
       final_fixed_secs: what the end costs besides evaluating images, at least.
+      optional_views: ``[(name, images)]``, in order: test-time views evaluated after training only while
+        the end stays within ``FINAL_SHARE`` of the budget (``planned_views``), and at the end only those
+        that still fit the time left (``views_that_fit``); ``final_images`` are always evaluated.
       step_cost: where steps differ in cost as training goes on (``--progressive-resize``), an object
-        with ``cost_at(progress)`` and ``mean_cost(start, end)``: a step's time relative to a full-size
-        step (``schedules.ImageSizes``). Measured speeds are converted to full-size steps/s with it, and
-        plans spend the time left on the mix of steps still to come. None: every step costs the same.
+        with ``cost_at(progress)``, ``mean_cost(start, end)``, ``size_at(progress)``, ``changes()`` and
+        ``full`` (``schedules.ImageSizes``). Speeds are measured per image size (an interval at one
+        size); a size not yet measured is estimated from the measured ones, as time growing with the
+        side to the power that the two largest measured sides show (2, the pixels' share, while one is
+        measured). Plans spend the time left on the mix of sizes still to come. None: every step costs
+        the same.
     """
 
     budget_secs: float
@@ -177,6 +187,7 @@ class Planner:
     final_fixed_secs: float = FINAL_FIXED_SECS
     eval_speedup: float = EVAL_SPEEDUP
     step_cost: object = None
+    optional_views: tuple = ()
 
     def __post_init__(self):
         self.earlier_secs = self.state.used_secs  # what earlier runs of the job used
@@ -191,13 +202,76 @@ class Planner:
         self.training_ended = None  # (clock, seconds reserved for the end) when training ended
         self.setup_started = None  # when building the training graph began (``setup_begins``)
         self.setup_secs = None  # from then until the first step could run
+        self.size_secs = {}  # --progressive-resize: seconds per step measured at each image side
 
     # -- arithmetic ------------------------------------------------------------------------------
 
+    def secs_per_step(self, side: int) -> float:
+        """Seconds a training step at ``side`` pixels takes: measured, or estimated from the sizes measured
+        (``step_cost``), or from the full-size speed and the pixels' share."""
+        if side in self.size_secs:
+            return self.size_secs[side]
+        measured = sorted(self.size_secs)
+        if not measured:
+            return (side / self.step_cost.full) ** 2 / self.full_size_steps_per_sec
+        exponent = 2.0
+        if len(measured) >= 2:
+            a, b = measured[-2], measured[-1]
+            exponent = math.log(self.size_secs[b] / self.size_secs[a]) / math.log(b / a)
+        nearest = min(measured, key=lambda m: abs(m - side))
+        return self.size_secs[nearest] * (side / nearest) ** exponent
+
+    def _mean_secs(self, start: float, end: float = 1.0) -> float:
+        """The mean seconds per step from progress ``start`` to ``end`` (a step function of the size)."""
+        if self.step_cost is None:
+            return 1.0 / self.full_size_steps_per_sec
+        start, end = max(0.0, start), min(1.0, end)
+        if end <= start:
+            return self.secs_per_step(self.step_cost.size_at(start))
+        points = list(self.step_cost.changes()) + [(1.0, None)]
+        total = 0.0
+        for (begin, side), (finish, _) in zip(points, points[1:]):
+            overlap = min(end, finish) - max(start, begin)
+            if overlap > 0:
+                total += overlap * self.secs_per_step(side)
+        return total / (end - start)
+
+    def _eval_secs(self, images: float) -> float:
+        """Seconds to evaluate ``images`` at the current speed (evaluation sees full-size images)."""
+        full_steps_per_sec = self.full_size_steps_per_sec
+        if self.step_cost is not None:
+            full_steps_per_sec = 1.0 / self.secs_per_step(self.step_cost.full)
+        eval_rate = self.eval_speedup * full_steps_per_sec * self.images_per_step
+        return images / max(eval_rate, 1e-9)
+
+    def _views_within(self, limit: float, views) -> list:
+        """The longest prefix of ``views`` whose end (fixed costs, the images always evaluated and the
+        views') takes at most ``limit`` seconds."""
+        kept, secs = [], self.final_fixed_secs + self._eval_secs(self.final_images)
+        for name, images in views:
+            secs += self._eval_secs(images)
+            if secs > limit:
+                break
+            kept.append((name, images))
+        return kept
+
+    def planned_views(self) -> list:
+        """The optional views the plan keeps time for: those within ``FINAL_SHARE`` of the budget."""
+        return [name for name, _ in self._views_within(FINAL_SHARE * self.budget_secs, self.optional_views)]
+
+    def views_that_fit(self, now: float):
+        """``(kept, dropped)`` names of the planned views, at the end: those that still fit the time left
+        (training may have ended late, or the machine slowed down), and the rest of the optional ones."""
+        planned = [v for v in self.optional_views if v[0] in self.planned_views()]
+        kept = [name for name, _ in self._views_within(self.remaining_secs(now), planned)]
+        return kept, [name for name, _ in self.optional_views if name not in kept]
+
     def final_secs(self) -> float:
-        """Time to keep for after training, at the current speed (evaluation sees full-size images)."""
-        eval_rate = self.eval_speedup * self.full_size_steps_per_sec * self.images_per_step
-        return self.final_fixed_secs + self.final_images / max(eval_rate, 1e-9)
+        """Time to keep for after training, at the current speed: the fixed costs, the images always
+        evaluated and the planned views."""
+        views = dict(self.optional_views)
+        images = self.final_images + sum(views[name] for name in self.planned_views())
+        return self.final_fixed_secs + self._eval_secs(images)
 
     def training_deadline(self) -> float:
         return self.deadline - self.final_secs()
@@ -205,13 +279,10 @@ class Planner:
     def steps_that_fit(self, step: int, now: float) -> int:
         """The last step training can reach by the training deadline at the current speed."""
         left = max(0.0, self.training_deadline() - now)
-        cost = 1.0
-        if self.step_cost is not None:
-            # The rest of any plan runs from this progress to 1: its steps' mean cost is the same
-            # whatever their number.
-            progress = self.plan.progress(step) if self.plan else self.state.progress
-            cost = self.step_cost.mean_cost(progress, 1.0)
-        return int(step + math.floor(left * self.full_size_steps_per_sec / cost))
+        # The rest of any plan runs from this progress to 1: its steps' mean time is the same whatever
+        # their number.
+        progress = self.plan.progress(step) if self.plan else self.state.progress
+        return int(step + math.floor(left / self._mean_secs(progress, 1.0)))
 
     def remaining_secs(self, now: float) -> float:
         return self.deadline - now
@@ -264,8 +335,18 @@ class Planner:
         self.steps_per_sec = measured
         cost = 1.0
         if self.step_cost is not None:
-            cost = self.step_cost.mean_cost(self.plan.progress(before), self.plan.progress(step))
+            start, end = self.plan.progress(before), self.plan.progress(step)
+            cost = self.step_cost.mean_cost(start, end)
+            side = self.step_cost.size_at(start)
+            if side == self.step_cost.size_at(end):  # all at one size: that size's speed
+                earlier = self.size_secs.get(side)
+                if earlier:  # the machine changed (another process, a core taken): every size with it
+                    drift = (1.0 / measured) / earlier
+                    self.size_secs = {s: secs * drift for s, secs in self.size_secs.items()}
+                self.size_secs[side] = 1.0 / measured
         self.full_size_steps_per_sec = measured * cost
+        if self.size_secs:
+            self.full_size_steps_per_sec = 1.0 / self.secs_per_step(self.step_cost.full)
 
     def _replan(self, step: int, now: float, first: bool = False):
         self._last_check = now
@@ -280,6 +361,8 @@ class Planner:
         replan = {"step": int(step), "steps_per_sec": round(self.steps_per_sec, 4), "planned_steps": int(total)}
         if self.step_cost is not None:
             replan["full_size_steps_per_sec"] = round(self.full_size_steps_per_sec, 4)
+            if self.size_secs:
+                replan["steps_per_sec_by_size"] = {str(s): round(1.0 / t, 4) for s, t in sorted(self.size_secs.items())}
         self.state.replans.append(replan)
         return self.plan
 

@@ -1,0 +1,160 @@
+"""``--network auto``: a family of networks, and the member a time budget buys the most accuracy with.
+
+A fixed network fits a budget only where it was tuned: in 5 minutes an AVX2-only CPU trains airbench94's
+network for less than an epoch (61% on an AMD EPYC, where ResNet-14 for 3.8 epochs made 75%), while a CPU
+with AMX trains it for 7 (88%). So the recipes name the family, and the trainer takes the member whose
+accuracy, at the epochs this machine affords it in this budget, the table below expects to be highest.
+
+Each member is a network with the augmentation it was measured with (airbench94's shifts of 2 pixels,
+airbench96's shifts of 4 and a 12-pixel cutout). ``TABLE`` gives each member's test accuracy after E
+epochs of the recipes' training settings (onecycle, Lookahead, progressive resizing from 20 pixels,
+label smoothing 0.2, on the 50,000 training and validation images of the JPEG stand-in): how it was
+made is in docs/experiments.md ("Accuracy against epochs: the family's table"), from
+``python -m benchmarks.network_table``. Between measured epochs the accuracy is interpolated linearly in
+log(epochs); beyond the last it is held (no gain assumed); below the first a member is not a candidate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from estimator.common.options import Network
+
+
+@dataclass(frozen=True)
+class Member:
+    """A network of the family: its shape, the augmentation it was measured with, and its forward
+    multiply-adds per 32-pixel image (what its speed is estimated from, relative to the one timed)."""
+
+    name: str
+    group_depth: int
+    width_multiplier: float
+    crop_padding: int
+    cutout: int
+    forward_mflops: float
+
+    def flags(self) -> list:
+        return [
+            "--network",
+            Network.AIRBENCH.value,
+            "--group-depth",
+            str(self.group_depth),
+            "--width-multiplier",
+            "%g" % self.width_multiplier,
+            "--crop-padding",
+            str(self.crop_padding),
+            "--cutout",
+            str(self.cutout),
+        ]
+
+
+# Forward MFLOP per image: TensorFlow's profiler (``registry.forward_flops``; a test checks them).
+MEMBERS = (
+    Member("airbench94 x0.25", 2, 0.25, 2, 0, 20.7),
+    Member("airbench94 x0.5", 2, 0.5, 2, 0, 67.4),
+    Member("airbench94", 2, 1.0, 2, 0, 240.7),
+    Member("airbench96", 3, 1.0, 4, 12, 328.3),
+)
+# -- the table (benchmarks/results/network_table*.json) --
+TABLE = {"airbench94 x0.5": ((1, 0.6478), (2, 0.7734), (4, 0.8301), (8, 0.8565)), "airbench96": ((41, 0.9129),)}
+
+# The member timed at start-up; the others' speed is estimated from it by their multiply-adds. Small
+# enough to time in a few seconds on any CPU, large enough to keep the cores as busy as the others.
+REFERENCE = "airbench94 x0.5"
+# Of the budget, what training gets in the estimate of the epochs each member affords: the end's
+# bounded share (time_budget.FINAL_SHARE) and the start-up (building graphs, probes) left out.
+TRAINING_SHARE = 0.85
+STARTUP_SECS = 15.0
+
+
+def member(name: str) -> Member:
+    for m in MEMBERS:
+        if m.name == name:
+            return m
+    raise ValueError("%r is not a member of the family: %s." % (name, ", ".join(m.name for m in MEMBERS)))
+
+
+def expected_accuracy(name: str, epochs: float, table=None):
+    """The accuracy ``TABLE`` expects of member ``name`` after ``epochs`` epochs, or None below its first
+    measured epochs, or with none (not a candidate there: nothing says how it does)."""
+    points = sorted((table or TABLE).get(name, ()))
+    if not points or epochs < points[0][0]:
+        return None
+    if epochs >= points[-1][0]:
+        return points[-1][1]
+    for (e0, a0), (e1, a1) in zip(points, points[1:]):
+        if e0 <= epochs <= e1:
+            t = (math.log(epochs) - math.log(e0)) / (math.log(e1) - math.log(e0))
+            return a0 + t * (a1 - a0)
+    raise AssertionError("unreachable")
+
+
+def estimated_rate(name: str, reference_images_per_sec: float) -> float:
+    """Training images/s of member ``name`` estimated from ``REFERENCE``'s by their multiply-adds (smaller
+    networks use the cores less well, so this is optimistic for them and pessimistic for larger ones)."""
+    return reference_images_per_sec * member(REFERENCE).forward_mflops / member(name).forward_mflops
+
+
+def training_epochs(budget_secs: float, images_per_sec: float, num_train_examples: int, step_cost=1.0) -> float:
+    """Epochs a member training at ``images_per_sec`` (full-size steps) affords in ``budget_secs``."""
+    train_secs = max(0.0, budget_secs * TRAINING_SHARE - STARTUP_SECS)
+    return train_secs * images_per_sec / step_cost / num_train_examples
+
+
+def worth_timing(name: str, budget_secs, estimated_images_per_sec, num_train_examples, step_cost=1.0, table=None):
+    """Whether member ``name`` could reach its first measured epochs in the budget even at 1.5x its
+    estimated speed: the others are not timed (what they would cost the budget buys nothing)."""
+    points = sorted((table or TABLE).get(name, ()))
+    epochs = training_epochs(budget_secs, 1.5 * estimated_images_per_sec, num_train_examples, step_cost)
+    return bool(points) and epochs >= points[0][0]
+
+
+def choose(budget_secs, rates, num_train_examples, step_cost=1.0, table=None):
+    """The member expected to be most accurate in ``budget_secs``, and the figures behind the choice.
+
+    Args:
+      budget_secs: the whole command's budget.
+      rates: ``{member name: (training images/s in the job's precision, how it was had: "timed" or
+        "estimated")}`` for the candidates (flags given by hand leave some out).
+      num_train_examples: images in an epoch.
+      step_cost: the mean cost of a training step relative to a full-size one (``--progressive-resize``).
+
+    Returns:
+      ``(member, record)``: ``record`` (hparams.json's ``network_choice``) lists every candidate with
+      its images/s, the epochs it affords and the accuracy the table expects, and why the choice.
+    """
+    candidates = []
+    for m in MEMBERS:
+        if m.name not in rates:
+            continue
+        rate, how = rates[m.name]
+        epochs = training_epochs(budget_secs, rate, num_train_examples, step_cost)
+        expected = expected_accuracy(m.name, epochs, table)
+        candidates.append(
+            {
+                "member": m.name,
+                "images_per_sec": round(rate, 1),
+                "speed": how,
+                "epochs": round(epochs, 2),
+                "expected_accuracy": None if expected is None else round(expected, 4),
+            }
+        )
+    if not candidates:
+        raise ValueError("no member of the family fits the flags given by hand: name the network instead.")
+    scored = [c for c in candidates if c["expected_accuracy"] is not None]
+    if scored:
+        best = max(scored, key=lambda c: c["expected_accuracy"])
+        why = "the most accurate the table expects for the epochs each affords"
+    else:  # a budget below every member's first measured epochs: the fastest, which trains most of one
+        best = max(candidates, key=lambda c: c["images_per_sec"])
+        why = "no member reaches its first measured epochs in this budget: the fastest"
+    record = {
+        "family": "airbench",
+        "member": best["member"],
+        "why": why,
+        "budget_secs": budget_secs,
+        "training_secs_estimated": round(max(0.0, budget_secs * TRAINING_SHARE - STARTUP_SECS), 1),
+        "candidates": candidates,
+    }
+    return member(best["member"]), record
