@@ -165,10 +165,12 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
     probe = hp.precision_probe or {}
     guess = probe.get(hp.precision) or time_budget.GUESS_IMAGES_PER_SEC
     speedup = time_budget.EVAL_SPEEDUP
+    probe_rate = None
     if hp.num_gpus == 0:
         # Timed on this CPU (cached after the first run): the time the final evaluations take.
         ratio, timed = precision.evaluation_speedup(hp)
         speedup = time_budget.MEASURED_EVAL_SPEEDUP_SHARE * ratio
+        probe_rate = timed["train"]  # one tower's batches: towers on the CPU share its cores
         logs.info(
             "time budget: evaluation runs %.1fx training's images/s here (%s img/s); planning with %.1fx",
             ratio,
@@ -186,6 +188,7 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
         eval_speedup=speedup,
         step_cost=hp.image_sizes,
         optional_views=tuple(views),
+        probe_images_per_sec=probe_rate,
     )
 
 

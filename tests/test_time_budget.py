@@ -556,3 +556,31 @@ def test_a_probe_is_the_median_run_so_a_burst_of_another_process_does_not_stick(
     assert probe_cache.seconds_per_run(session, None, 8, 2, clock=clock) == 1.0 and session.runs == 10
     even = Session([2.0, 4.0, 10.0, 3.0])
     assert probe_cache.seconds_per_run(even, None, 4, 0, clock=clock) == 3.5
+
+
+@pytest.mark.parametrize("probe", [None, 800.0])
+def test_a_burst_at_start_up_does_not_stop_training(probe):
+    """Another process takes both cores for the first 40 s of a 300 s budget (a twentieth of the speed):
+    the first plan is made at that speed, where evaluating 60,000 images would take 375 s, more than the
+    budget. Planned from that alone, training stops at once (the AVX2 EPYC's 5-minute job that trained 23
+    steps); with the start-up probe's speed (800 images/s), the end's reserve assumes at worst half of it,
+    so training goes on, re-plans as the machine comes back and ends at the deadline."""
+    clock = Clock()
+    p = planner(clock, budget=300.0, final_images=60000, fixed=8.0)
+    p.probe_images_per_sec = probe
+    p.__post_init__()
+    p.begin(0)
+    step = 0
+    while True:
+        clock.now += (20.0 if clock.now < 40 else 1.0) / 8.0
+        step += 1
+        p.after_step(step)
+        if p.should_stop(step):
+            break
+    if probe is None:
+        assert p.stopped_early and step < 30 and clock.now < 45
+        return
+    # At 8 steps/s (800 images/s, evaluation 3,200): 60,000 images take 18.75 s; training ends then.
+    assert not p.stopped_early and p.final_secs() == pytest.approx(8.0 + 18.75)
+    assert 300 - 8 - 18.75 - 0.5 <= clock.now <= 300 - 8 - 18.75
+    assert step > 0.8 * 8 * (300 - 40 - 26.75)

@@ -71,6 +71,8 @@ REPLAN_TOLERANCE = 0.01
 # that would take the end past it is not planned (plain accuracy is always evaluated), so TTA never starves
 # training (at 5 minutes: 45 s). On an AVX2-only EPYC the 5-minute recipe's three evaluations took 111 s.
 FINAL_SHARE = 0.15
+# The end's reserve follows the training speed down to this factor below the best measured.
+BURST_FACTOR = 2.0
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -174,6 +176,10 @@ class Planner:
         side to the power that the two largest measured sides show (2, the pixels' share, while one is
         measured). Plans spend the time left on the mix of sizes still to come. None: every step costs
         the same.
+      probe_images_per_sec: training images/s the start-up probe timed for this network
+        (``precision.evaluation_speedup``), where it did: the end's reserve never assumes training
+        slower than half of it (``BURST_FACTOR``), so a burst of another process as the job starts
+        cannot make the reserve swallow the budget.
     """
 
     budget_secs: float
@@ -188,6 +194,7 @@ class Planner:
     eval_speedup: float = EVAL_SPEEDUP
     step_cost: object = None
     optional_views: tuple = ()
+    probe_images_per_sec: float = None
 
     def __post_init__(self):
         self.earlier_secs = self.state.used_secs  # what earlier runs of the job used
@@ -203,6 +210,9 @@ class Planner:
         self.setup_started = None  # when building the training graph began (``setup_begins``)
         self.setup_secs = None  # from then until the first step could run
         self.size_secs = {}  # --progressive-resize: seconds per step measured at each image side
+        # The best full-size speed measured: the start-up probe's (timed on full-size images, the median
+        # run, cached from a quiet moment) until training measures better.
+        self.best_full_size_steps_per_sec = (self.probe_images_per_sec or 0.0) / self.images_per_step
 
     # -- arithmetic ------------------------------------------------------------------------------
 
@@ -241,6 +251,11 @@ class Planner:
         full_steps_per_sec = self.full_size_steps_per_sec
         if self.step_cost is not None:
             full_steps_per_sec = 1.0 / self.secs_per_step(self.step_cost.full)
+        # At most twice as slow as the best speed measured: a burst of another process at start-up
+        # would otherwise make the end's reserve exceed the budget and stop training at once (an AVX2
+        # EPYC's 5-minute job trained 23 steps so), while a core taken for good (half the speed on two
+        # cores) is still followed.
+        full_steps_per_sec = max(full_steps_per_sec, self.best_full_size_steps_per_sec / BURST_FACTOR)
         eval_rate = self.eval_speedup * full_steps_per_sec * self.images_per_step
         return images / max(eval_rate, 1e-9)
 
@@ -347,6 +362,7 @@ class Planner:
         self.full_size_steps_per_sec = measured * cost
         if self.size_secs:
             self.full_size_steps_per_sec = 1.0 / self.secs_per_step(self.step_cost.full)
+        self.best_full_size_steps_per_sec = max(self.best_full_size_steps_per_sec, self.full_size_steps_per_sec)
 
     def _replan(self, step: int, now: float, first: bool = False):
         self._last_check = now
