@@ -20,10 +20,17 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2")
 
 def cpu() -> dict:
     """The CPU model and which of the flags that matter for bf16 it has (Linux)."""
-    from estimator.training.precision import cpu_info
+    from estimator.ops.probe_cache import cpu_info
 
     info = cpu_info()
-    return {"model": info["model"], "flags": [f for f in BF16_FLAGS if f in info["flags"]]}
+    return {
+        "model": info["model"],
+        "family": info["family"],
+        "model_number": info["model_number"],
+        "flags": [f for f in BF16_FLAGS if f in info["flags"]],
+        # oneDNN held to an instruction set (ONEDNN_MAX_CPU_ISA=AVX2: what an AVX2-only CPU does).
+        "onednn_max_cpu_isa": info["isa"] or None,
+    }
 
 
 def machine() -> dict:
@@ -42,12 +49,15 @@ def machine() -> dict:
 def print_machine() -> None:
     info = cpu()
     print(
-        "CPU: %s, %d cores; flags: %s; TF_ENABLE_ONEDNN_OPTS=%s"
+        "CPU: %s (family %s, model %s), %d cores; flags: %s; TF_ENABLE_ONEDNN_OPTS=%s; ONEDNN_MAX_CPU_ISA=%s"
         % (
             info["model"],
+            info["family"],
+            info["model_number"],
             os.cpu_count(),
             " ".join(info["flags"]) or "(none of %s)" % ", ".join(BF16_FLAGS),
             os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset"),
+            info["onednn_max_cpu_isa"] or "unset",
         )
     )
 

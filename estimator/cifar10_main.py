@@ -74,7 +74,9 @@ def main(argv=None) -> int:
     try:
         if owner:
             lock = resilience.JobDirLock(hp.job_dir, log=lambda line: print(line, file=sys.stderr)).acquire()
-        train.run(hp, stop)
+        results = train.run(hp, stop)
+        if results:
+            print("\n".join(train.summary_lines(hp, results)), flush=True)
     except resilience.Interrupted as e:
         print(_interrupted_line(hp, e, argv), file=sys.stderr)
         return e.exit_code

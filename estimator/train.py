@@ -280,8 +280,9 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
 
 def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dict:
     """On the chief after training: the final export, the test evaluation and results.json."""
+    final_export = None
     if hp.export:
-        exporters.export_final(hp, estimator_.latest_checkpoint())
+        final_export = exporters.export_final(hp, estimator_.latest_checkpoint())
     planner = job_hooks.planner
     test_hp, dropped = hp, []
     if planner is not None:
@@ -356,6 +357,8 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
         results["loss"],
         results["eval_examples"],
     )
+    if final_export:
+        results["final_export"] = final_export
     config.write_json(storage.join(hp.job_dir, RESULTS_FILE), results)
     try:
         logs.info("Curves: %s", summaries.write_curves(hp.job_dir))
@@ -414,6 +417,31 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
                 for c in choice.get("candidates", [])
             ),
         )
+
+
+def summary_lines(hp: hparams_lib.HParams, results: dict) -> list:
+    """What a job says last (as Keras and Ultralytics end): the test accuracy, where its records and
+    exports are, and the command that shows it in TensorBoard."""
+    tta = [
+        "%s %.2f%%" % (label, 100 * results[key])
+        for label, key in (("flips", "accuracy_flip_tta"), ("flips and translations", "accuracy_tta"))
+        if key in results
+    ]
+    lines = [
+        "Done: test accuracy %.2f%% on %s images%s at step %d, in %s."
+        % (
+            100 * results["accuracy"],
+            format(results["eval_examples"], ","),
+            " (with %s)" % ", ".join(tta) if tta else "",
+            results["global_step"],
+            time_budget.format_duration(results["wall_secs"]),
+        ),
+        "  results:     %s (hparams.json, curves.png beside it)" % storage.join(hp.job_dir, RESULTS_FILE),
+    ]
+    if results.get("final_export"):
+        lines.append("  exports:     %s (and the best by validation in export/best)" % results["final_export"])
+    lines.append("  TensorBoard: tensorboard --logdir %s" % hp.job_dir)
+    return lines
 
 
 def run(hp: hparams_lib.HParams, stop=None):

@@ -168,6 +168,9 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     assert (recorded["crop_padding"], recorded["cutout"]) == (member.crop_padding, member.cutout)
     assert {c["member"] for c in choice["candidates"]} == {m.name for m in family.MEMBERS}
     assert "--network auto: %s" % member.name in out
+    # The job's last lines: what it reached, where its records and exports are, how to look at it.
+    assert "Done: test accuracy " in out and "results:     %s/results.json" % job in out
+    assert "exports:     %s/export/final/" % job in out and "TensorBoard: tensorboard --logdir %s" % job in out
     results = json.load(open(os.path.join(job, "results.json")))
     assert results["wall_secs"] <= 61.0, results
     # The views the end's share (15% of 60 s: 9 s) had room for, and the others said to be dropped.

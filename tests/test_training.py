@@ -201,3 +201,31 @@ def test_non_finite_loss_stops_at_once_with_a_message(mini_records, tmp_path):
     assert record[0]["value"] > 10 and "the learning rate is far too high" in record[0]["message"]
     assert all(set(r) == {"rule", "step", "value", "threshold", "action", "message"} for r in record)
     assert not os.path.exists(os.path.join(job, "results.json"))
+
+
+def test_a_job_ends_with_a_summary_of_where_everything_is():
+    from estimator import train
+    from tests.helpers import hp
+
+    params = hp(job_dir="/tmp/j")
+    results = {
+        "accuracy": 0.8816,
+        "eval_examples": 10000,
+        "accuracy_flip_tta": 0.8877,
+        "accuracy_tta": 0.8903,
+        "global_step": 696,
+        "wall_secs": 292.4,
+        "final_export": "/tmp/j/export/final/1764115200",
+    }
+    assert train.summary_lines(params, results) == [
+        "Done: test accuracy 88.16% on 10,000 images (with flips 88.77%, flips and translations 89.03%) at step "
+        "696, in 0:04:52.",
+        "  results:     /tmp/j/results.json (hparams.json, curves.png beside it)",
+        "  exports:     /tmp/j/export/final/1764115200 (and the best by validation in export/best)",
+        "  TensorBoard: tensorboard --logdir /tmp/j",
+    ]
+    plain = {k: v for k, v in results.items() if k not in ("accuracy_flip_tta", "accuracy_tta", "final_export")}
+    assert (
+        train.summary_lines(params, plain)[0] == "Done: test accuracy 88.16% on 10,000 images at step 696, in 0:04:52."
+    )
+    assert len(train.summary_lines(params, plain)) == 3
