@@ -1,6 +1,11 @@
 # Two entry points (see README): `make run` and `make test`. Each sets up its own
 # virtual environment first.
-PYTHON ?= python3
+# TensorFlow 2.15 has wheels for CPython 3.9-3.11 only: python3 if it is one of those, else the first of
+# python3.11, python3.10, python3.9 on the PATH, else one that uv manages (`uv python find`).
+SUPPORTED_PYTHON = import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 11))
+PYTHON ?= $(shell for p in python3 python3.11 python3.10 python3.9; do \
+	  command -v $$p >/dev/null 2>&1 && $$p -c '$(SUPPORTED_PYTHON)' 2>/dev/null && { echo $$p; exit 0; }; done; \
+	  command -v uv >/dev/null 2>&1 && uv python find '>=3.9,<3.12' 2>/dev/null)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SHARED_DATA ?= ../shared/data
@@ -16,9 +21,10 @@ JOB_DIR ?= work/job
 # decay 0.9 lets the moving averages keep up in so short a run.
 RUN_FLAGS ?= --num-gpus 0 --num-layers 20 --train-steps 400 --batch-norm-decay 0.9 --seed 1
 
-.PHONY: venv run test lint bench bench-speed bench-recipes bench-jpeg-cost bench-contention bench-health clean
+.PHONY: print-python venv run test lint bench bench-speed bench-recipes bench-jpeg-cost bench-contention bench-health clean
 
 $(VENV)/.installed: setup.py requirements.txt requirements-test.txt
+	@test -n "$(PYTHON)" || { echo "make: no Python 3.9-3.11 found (python3 is $$(python3 --version 2>&1 | cut -d' ' -f2), and TensorFlow 2.15 has no wheels for it): install python3.11 with venv (e.g. apt install python3.11-venv, or uv python install 3.11), or give PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-test.txt
@@ -88,3 +94,7 @@ bench-health: venv $(FULL_DATA_DIR)/cifar10_manifest.json
 
 clean:
 	rm -rf work
+
+# The interpreter make would build .venv with (see PYTHON above).
+print-python:
+	@echo $(PYTHON)

@@ -20,7 +20,8 @@ setup(
     description="CIFAR-10 ResNets with TensorFlow Estimator, locally and on Google Cloud ML Engine / Vertex AI.",
     packages=find_packages(include=["estimator", "estimator.*"]),
     py_modules=["generate_cifar10_tfrecords"],
-    python_requires=">=3.7",
+    # TensorFlow 2.15 (the last with tf.estimator) has wheels for CPython 3.9-3.11 only.
+    python_requires=">=3.9,<3.12",
     install_requires=[
         "google-cloud-storage>=1.28",
         "cloudml-hypertune>=0.1.0.dev6",
@@ -34,6 +35,10 @@ setup(
     extras_require={
         # Local installs; the cloud runtime (2.11 ... 2.15) brings its own TensorFlow.
         "tf": ["tensorflow-cpu>=2.11,<2.16"],
+        # A GPU workstation (Linux): TensorFlow with its CUDA libraries from pip.
+        "gpu": ["tensorflow[and-cuda]==2.15.1"],
+        # macOS (tensorflow-cpu has no macOS wheels; tensorflow has them for Apple silicon too).
+        "macos": ["tensorflow==2.15.1"],
         # benchmarks/training_speed.py compares against PyTorch; never needed to train.
         "bench": ["torch>=2.1"],
         # Local tuning studies; the cloud trainer does not need Optuna.

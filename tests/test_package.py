@@ -13,14 +13,14 @@ import pytest
 from tests.helpers import REPO
 
 
-def test_code_runs_on_the_cloud_runtimes_python():
-    # Runtime 2.11 of AI Platform runs Python 3.7: no newer syntax or library calls.
+def test_code_runs_on_the_oldest_python_tensorflow_215_supports():
+    # TensorFlow 2.15 has wheels for Python 3.9-3.11 (Vertex AI's images ran 3.10): no newer syntax.
     vermin = os.path.join(os.path.dirname(sys.executable), "vermin")
     proc = subprocess.run(
         [
             vermin,
             *(
-                "--target=3.7- --no-tips --violations --no-parse-comments estimator "
+                "--target=3.9- --no-tips --violations --no-parse-comments estimator "
                 "generate_cifar10_tfrecords.py setup.py"
             ).split(),
         ],
@@ -125,3 +125,44 @@ def test_the_layers_hold_and_an_import_up_a_layer_breaks_them(tmp_path):
     assert broken.returncode == 1, broken.stdout
     assert "estimator.data.records -> estimator.training.hparams" in broken.stdout
     assert "Data, networks and their kernels never import what trains" in broken.stdout and "BROKEN" in broken.stdout
+
+
+def _fake_bin(tmp_path, pythons):
+    """A PATH of its own: ``python3`` a Python 3.12 (it fails the Makefile's version check, as 3.12
+    does), the given real interpreters, and the few tools make's recipes use."""
+    import shutil as sh
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text("#!/bin/sh\ncase \"$1\" in --version) echo 'Python 3.12.3';; *) exit 1;; esac\n")
+    fake.chmod(0o755)
+    for name in pythons:  # this interpreter (3.9-3.11, as the suite runs on one) under that name
+        os.symlink(os.path.realpath(sys.executable), bin_dir / name)
+    for tool in ("cut", "sh", "echo", "test", "true"):
+        os.symlink(sh.which(tool), bin_dir / tool)
+    return str(bin_dir)
+
+
+def test_make_finds_a_python_tensorflow_215_has_wheels_for_or_says_what_to_install(tmp_path):
+    import shutil as sh
+
+    makefile, make = os.path.join(REPO, "Makefile"), sh.which("make")
+    env = dict(os.environ, PATH=_fake_bin(tmp_path, ["python3.11"]))
+    env.pop("PYTHON", None)
+    found = subprocess.run([make, "-s", "-f", makefile, "print-python"], env=env, capture_output=True, text=True)
+    assert found.stdout.strip() == "python3.11", found.stdout + found.stderr
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    env = dict(os.environ, PATH=_fake_bin(bare, []))
+    env.pop("PYTHON", None)
+    venv = str(tmp_path / "venv")
+    refused = subprocess.run(
+        [make, "-s", "-f", makefile, "VENV=" + venv, "venv"], env=env, capture_output=True, text=True, cwd=REPO
+    )
+    assert refused.returncode != 0 and not os.path.exists(venv)
+    assert refused.stderr.splitlines()[0] == (
+        "make: no Python 3.9-3.11 found (python3 is 3.12.3, and TensorFlow 2.15 has no wheels for it): install "
+        "python3.11 with venv (e.g. apt install python3.11-venv, or uv python install 3.11), or give "
+        "PYTHON=/path/to/python3.11"
+    )

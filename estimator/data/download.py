@@ -141,15 +141,18 @@ def _download_into(url: str, part: str, timeout: float, progress: bool) -> bool:
             mode, have = "wb", 0
         length = response.headers.get("Content-Length")
         total = have + int(length) if length is not None else None
-        with open(part, mode) as out, tqdm(
-            total=total,
-            initial=have,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            desc=os.path.basename(part[: -len(".part")]),
-            disable=not progress,
-        ) as bar:
+        with (
+            open(part, mode) as out,
+            tqdm(
+                total=total,
+                initial=have,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc=os.path.basename(part[: -len(".part")]),
+                disable=not progress,
+            ) as bar,
+        ):
             for chunk in response.iter_content(NET_CHUNK):
                 out.write(chunk)
                 bar.update(len(chunk))

@@ -163,8 +163,10 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, 
             whitening = airbench.whitening_kernel(images)  # once, for every tower
     outputs, update_ops, first = [], [], None
     for i, device in enumerate(tower_list):
-        with tf.name_scope("tower_%d" % i) as scope, v1.variable_scope("resnet", reuse=reuse or bool(i)), v1.device(
-            devices.device_setter(device, params_device)
+        with (
+            tf.name_scope("tower_%d" % i) as scope,
+            v1.variable_scope("resnet", reuse=reuse or bool(i)),
+            v1.device(devices.device_setter(device, params_device)),
         ):
             model = registry.build(hp, is_training, whitening=whitening, serving=mode == tf.estimator.ModeKeys.PREDICT)
             outputs.append(
