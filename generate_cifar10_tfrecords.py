@@ -10,6 +10,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out
 
+from estimator.common import logs  # noqa: E402
+
+logs.quiet_imports()
+
 from estimator.data.convert import main  # noqa: E402
 
 if __name__ == "__main__":

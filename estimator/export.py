@@ -12,6 +12,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from estimator.common import logs  # noqa: E402
+
+logs.quiet_imports()
+
 from estimator.networks import registry  # noqa: E402
 from estimator.serving import signatures  # noqa: E402
 from estimator.training import config  # noqa: E402

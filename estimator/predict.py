@@ -30,6 +30,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from estimator.common import logs  # noqa: E402
+
+logs.quiet_imports()
+
 import numpy as np  # noqa: E402
 
 from estimator.data import records as fmt  # noqa: E402

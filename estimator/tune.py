@@ -20,6 +20,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from estimator.common import logs  # noqa: E402
+
+logs.quiet_imports()
+
 from estimator.common import processes  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402
 

@@ -16,12 +16,18 @@ import argparse
 import os
 import sys
 
-import yaml
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # checking trainer flags builds its parser (TensorFlow)
 
-from estimator.cloud import vertex_job, vertex_study
-from estimator.common import processes
-from estimator.training import time_budget
-from estimator.tuning import spec as spec_lib
+import yaml  # noqa: E402
+
+from estimator.common import logs  # noqa: E402
+
+logs.quiet_imports()
+
+from estimator.cloud import vertex_job, vertex_study  # noqa: E402
+from estimator.common import processes  # noqa: E402
+from estimator.training import time_budget  # noqa: E402
+from estimator.tuning import spec as spec_lib  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -166,3 +166,23 @@ def test_make_finds_a_python_tensorflow_215_has_wheels_for_or_says_what_to_insta
         "python3.11 with venv (e.g. apt install python3.11-venv, or uv python install 3.11), or give "
         "PYTHON=/path/to/python3.11"
     )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "estimator.export"],
+        ["-m", "estimator.predict"],
+        ["generate_cifar10_tfrecords.py"],
+        ["-m", "estimator.vertex"],
+        ["-m", "estimator.tune"],
+        ["-m", "estimator.cifar10_main"],
+    ],
+)
+def test_the_commands_print_no_third_party_warnings(command):
+    """google.api_core's notice about this Python version and TensorFlow's C++ start-up lines are
+    nothing a user can act on: kept off every command's output (``--verbose`` shows them)."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, *command, "--help"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage:"), proc.stderr
+    assert proc.stderr == "", proc.stderr

@@ -376,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from estimator.common import logs
+
+    logs.quiet_imports(argv)  # the console script comes here first
     args = build_parser().parse_args(argv)
     try:
         convert(
