@@ -20,6 +20,8 @@ setup(
     description="CIFAR-10 ResNets with TensorFlow Estimator, locally and on Google Cloud ML Engine / Vertex AI.",
     packages=find_packages(include=["estimator", "estimator.*"]),
     py_modules=["generate_cifar10_tfrecords"],
+    # The recipes (--recipe NAME) travel with the package, to Vertex AI too.
+    package_data={"estimator": ["recipes/*.args"]},
     # TensorFlow 2.15 (the last with tf.estimator) has wheels for CPython 3.9-3.11 only.
     python_requires=">=3.9,<3.12",
     install_requires=[

@@ -306,7 +306,7 @@ def test_help_groups_every_flag_by_concern_and_states_each_default_once():
             assert len(re.findall(r"\bdefault\b", text)) == 1, (action.option_strings, text)
             assert "(default: None)" not in text, action.option_strings
     rendered = parser.format_help()
-    assert "@recipes/cpu_5min.args" in rendered and "@FILE" in rendered and "airbench" in rendered
+    assert "--recipe cpu_5min" in rendered and "@FILE" in rendered and "airbench" in rendered
     assert len(rendered.splitlines()) < 300
 
 
@@ -370,3 +370,31 @@ def test_bf16_is_refused_where_onednn_is_held_below_it(mini_records, tmp_path):
     args.precision = "auto"
     hp = config.resolve(args, environ={"ONEDNN_MAX_CPU_ISA": "AVX2"}, gpus_visible=0)
     assert (hp.precision, hp.precision_probe) == ("fp32", {})
+
+
+def test_a_recipe_by_name_or_file_stands_for_its_flags_and_later_flags_win(mini_records, tmp_path, capsys):
+    from estimator.training import recipes
+
+    assert recipes.names() == ["cpu_30min", "cpu_5min", "he2016_resnet56", "tutorial_defaults"]
+    base = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j")]
+    args = flags.build_parser().parse_args(["--recipe", "he2016_resnet56", *base, "--num-gpus", "0"])
+    assert (args.recipe, args.num_layers, args.lr_decay_steps, args.num_gpus) == (
+        "he2016_resnet56",
+        56,
+        [32000, 48000],
+        0,
+    )
+    # The same file by path, and --recipe=NAME; a flag given after the recipe wins.
+    path = os.path.join(recipes.DIRECTORY, "he2016_resnet56.args")
+    args = flags.build_parser().parse_args(["--recipe=" + path, *base, "--num-layers", "20"])
+    assert (args.recipe, args.num_layers, args.weight_decay) == (path, 20, 1e-4)
+    # The trainer records it.
+    hp = parse_ok(mini_records, tmp_path, "--recipe", "tutorial_defaults", "--train-steps", "5", "--num-gpus", "0")
+    assert hp.recipe == "tutorial_defaults" and hp.num_layers == 44
+    for argv, message in [
+        (["--recipe", "cpu_1min"], "--recipe cpu_1min is neither a recipe of this package (cpu_30min, cpu_5min, "),
+        (["--recipe", "cpu_5min", "--recipe", "cpu_30min"], "--recipe is given 2 times: give one recipe"),
+        (["--recipe"], "--recipe needs a name (cpu_30min, cpu_5min, he2016_resnet56, tutorial_defaults) or a path."),
+    ]:
+        err = parse_error(capsys, argv + base)
+        assert message in err and len(err.strip().splitlines()) == 2, err

@@ -1,6 +1,7 @@
 """The package the service installs: sdist, pip, a run outside the source tree, Python 3.7."""
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -47,6 +48,10 @@ def test_sdist_installs_with_pip_and_trains_outside_the_source_tree(tmp_path, mi
         "estimator/local_cluster.py",
         "generate_cifar10_tfrecords.py",
         "setup.py",
+        "estimator/recipes/cpu_5min.args",
+        "estimator/recipes/cpu_30min.args",
+        "estimator/recipes/he2016_resnet56.args",
+        "estimator/recipes/tutorial_defaults.args",
     } <= names
 
     # A Python of its own whose only copy of the package is the installed one; the
@@ -88,6 +93,9 @@ def test_sdist_installs_with_pip_and_trains_outside_the_source_tree(tmp_path, mi
             python,
             "-m",
             "estimator.cifar10_main",
+            # A recipe by name, from the installed package, in a directory without recipes/.
+            "--recipe",
+            "tutorial_defaults",
             "--data-dir",
             mini_records,
             "--job-dir",
@@ -102,6 +110,8 @@ def test_sdist_installs_with_pip_and_trains_outside_the_source_tree(tmp_path, mi
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert os.path.exists(str(elsewhere / "job" / "results.json"))
+    recorded = json.load(open(str(elsewhere / "job" / "hparams.json")))["hparams"]
+    assert recorded["recipe"] == "tutorial_defaults" and recorded["num_layers"] == 8  # a later flag won
 
 
 def _lint_imports(root):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+import sys
 
 from estimator.common.cluster import Cluster
 from estimator.common.options import LrSchedule, Network, ResNetVersion, VariableStrategy
@@ -15,7 +16,7 @@ from estimator.data import pipeline
 from estimator.data import records as fmt
 from estimator.networks import airbench, registry, resnet
 from estimator.networks.layers import COMPUTE_DTYPES, DATA_FORMATS
-from estimator.training import devices, schedules, time_budget
+from estimator.training import devices, recipes, schedules, time_budget
 from estimator.training.hparams import (
     AUTO,
     EVAL_POLICIES,
@@ -29,7 +30,16 @@ from estimator.training.hparams import (
 
 
 class _FlagFileParser(argparse.ArgumentParser):
-    """``@FILE`` holds flags as on a command line: several per line, # comments."""
+    """``@FILE`` holds flags as on a command line: several per line, # comments; ``--recipe NAME`` stands
+    for a recipe's flags at its place (``recipes.expand``)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        try:
+            args = recipes.expand(args)
+        except ValueError as e:
+            self.error(str(e))
+        return super().parse_known_args(args, namespace)
 
     def convert_arg_line_to_args(self, arg_line):
         return shlex.split(arg_line, comments=True)
@@ -141,16 +151,18 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 DESCRIPTION = """\
 Train and evaluate a CIFAR-10 classifier with tf.estimator: the ResNets of He et al. 2016, or the
-network of Keller Jordan's airbench (--network airbench), one tower per device, evaluated, exported
-and reported to the tuning service. Recipes hold tested flags; put them first, later flags override:
+network of Keller Jordan's airbench (--network airbench, or auto: chosen for the time budget), one tower
+per device, evaluated, exported and reported to the tuning service. Recipes hold tested flags, shipped
+with the package; put one first, later flags override it:
 
-  python -m estimator.cifar10_main @recipes/cpu_5min.args --data-dir DIR --job-dir JOB
+  python -m estimator.cifar10_main --recipe cpu_5min --data-dir DIR --job-dir JOB
 
-  recipes/cpu_5min.args, cpu_30min.args   the best model a 5- or 30-minute budget buys on this CPU
-  recipes/he2016_resnet56.args            He et al. 2016's ResNet-56 schedule
-  recipes/tutorial_defaults.args          the original tutorial's flags
+  cpu_5min, cpu_30min   the best model a 5- or 30-minute budget buys on this machine
+  he2016_resnet56       He et al. 2016's ResNet-56 schedule (GPUs)
+  tutorial_defaults     the original tutorial's flags
 
-@FILE reads flags from a file (several per line, # comments). Booleans take --x, --no-x or --x=true|false.
+--recipe also takes a file; @FILE reads flags from a file (several per line, # comments). Booleans
+take --x, --no-x or --x=true|false.
 """
 
 
@@ -158,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = HParams(data_dir="", job_dir="")
     p = _FlagFileParser(
         prog="python -m estimator.cifar10_main",
-        usage="%(prog)s [@RECIPE] --data-dir DIR --job-dir DIR [flags]",
+        usage="%(prog)s [--recipe NAME] --data-dir DIR --job-dir DIR [flags]",
         description=DESCRIPTION,
         epilog="More: docs/training.md (every flag, time budgets, what a job writes), docs/health.md.",
         fromfile_prefix_chars="@",
@@ -190,6 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Directory (or gs:// path) for checkpoints, summaries, exports and results. Required, except on Vertex "
         "AI, where the default is $AIP_CHECKPOINT_DIR, else $AIP_MODEL_DIR.",
         default=None,
+    )
+    flag(
+        "--recipe",
+        "A recipe's flags at this place: %s (shipped with the package), or a flag file; later flags "
+        "override them. Recorded in hparams.json (default: none)." % ", ".join(recipes.names()),
+        default=None,
+        metavar="NAME",
     )
     flag(
         "--train-subsets",

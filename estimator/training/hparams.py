@@ -49,6 +49,8 @@ class HParams:
 
     data_dir: str
     job_dir: str
+    # --recipe: the recipe whose flags the command line starts from (a name, or a file), or None.
+    recipe: str = None
     variable_strategy: VariableStrategy = VariableStrategy.CPU
     num_gpus: int = 1
     num_cpu_towers: int = 0
