@@ -72,6 +72,7 @@ def main(argv=None) -> int:
     schedule = vertex_job.scheduling(args.spot, args.restart_job_on_worker_restart, args.timeout)
     try:
         training_input = spec_lib.load(args.config)
+        trainer_flags = vertex_job.job_args(trainer_flags, training_input)
         if args.kind == "custom-job":
             training_input = {k: v for k, v in training_input.items() if k != "hyperparameters"}
             config = vertex_job.custom_job_spec(

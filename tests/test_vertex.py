@@ -237,3 +237,108 @@ def test_spec_refuses_bad_studies():
             {"hyperparameters": dict(base, params=[dict(base["params"][0], parameterName="learning-rat")])},
             trainer_flags={"--learning-rate"},
         )
+
+
+def _one_machine(tmp_path):
+    config = tmp_path / "one.yaml"
+    config.write_text(yaml.safe_dump({"trainingInput": {"scaleTier": "CUSTOM", "masterType": "n1-standard-8"}}))
+    return str(config)
+
+
+def test_recipes_reach_the_job_by_name_and_flag_files_are_read_into_it(tmp_path):
+    image = "--image-uri us-docker.pkg.dev/p/r/t:1".split()
+    code, job = generate(
+        tmp_path,
+        "custom-job",
+        "--config",
+        _one_machine(tmp_path),
+        *image,
+        "--",
+        "--recipe",
+        "cpu_5min",
+        "--data-dir=gs://b/d",
+        "--seed",
+        "3",
+    )
+    assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
+    # The container's package has the recipe: its name is enough.
+    assert job["workerPoolSpecs"][0]["containerSpec"]["args"] == [
+        "--recipe",
+        "cpu_5min",
+        "--data-dir=gs://b/d",
+        "--seed",
+        "3",
+    ]
+    # A flag file, and a recipe given as a file, do not travel with the job: their flags go in its arguments.
+    flagfile = tmp_path / "mine.args"
+    flagfile.write_text("# my flags\n--num-layers 20 --train-steps 100\n")
+    code, job = generate(
+        tmp_path,
+        "custom-job",
+        "--config",
+        _one_machine(tmp_path),
+        *image,
+        "--",
+        "@" + str(flagfile),
+        "--recipe=" + str(flagfile),
+        "--data-dir=gs://b/d",
+    )
+    args = job["workerPoolSpecs"][0]["containerSpec"]["args"]
+    assert code == 0 and args == ["--num-layers", "20", "--train-steps", "100"] * 2 + ["--data-dir=gs://b/d"]
+    assert not any(a.startswith("@") for a in args)
+
+
+def test_a_recipe_the_trainer_would_refuse_in_the_jobs_cluster_is_refused_before_anything_is_written(tmp_path, capsys):
+    kind, config = "custom-job", "cmle_config.yaml"  # a master, 2 workers and a parameter server
+    out = tmp_path / "out.yaml"
+    code = vertex_cli.main(
+        [
+            kind,
+            "--config",
+            REPO + "/" + config,
+            "--package-uri",
+            PACKAGE,
+            "--output",
+            str(out),
+            "--",
+            "--recipe",
+            "cpu_5min",
+            "--data-dir=gs://b/d",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists() and not (tmp_path / "out.yaml.tmp").exists()
+    assert err.strip() == (
+        "error: --time-budget from --recipe cpu_5min plans the steps of one process, and the chief cannot time its "
+        "workers; this config's machines make a ps/worker cluster (2 worker, 1 ps): give the cluster "
+        "--train-steps, or a config with a masterType alone (one machine)."
+    )
+    code = vertex_cli.main(
+        [
+            kind,
+            "--config",
+            REPO + "/" + config,
+            "--package-uri",
+            PACKAGE,
+            "--output",
+            str(out),
+            "--",
+            "@" + str(tmp_path / "missing.args"),
+        ]
+    )
+    assert code == 2 and "missing.args: No such file or directory" in capsys.readouterr().err
+    # The study of hptuning_config.yaml runs each trial on one machine: a recipe's budget is fine there.
+    code, job = generate(
+        tmp_path,
+        "hp-tuning-job",
+        "--config",
+        REPO + "/hptuning_config.yaml",
+        "--package-uri",
+        PACKAGE,
+        "--",
+        "--recipe",
+        "cpu_5min",
+        "--data-dir=gs://b/d",
+    )
+    assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1HyperparameterTuningJob") == []
+    assert "cpu_5min" in str(job["trialJobSpec"])

@@ -11,7 +11,10 @@ strings. Command line: ``python -m estimator.vertex custom-job``.
 
 from __future__ import annotations
 
+import shlex
+
 from estimator.common.processes import TRAINER_MODULE as MODULE
+from estimator.training import recipes
 from estimator.tuning import spec as spec_lib
 
 # Google's prebuilt TensorFlow 2.15 training containers (Python 3.10). Google's
@@ -121,6 +124,55 @@ def worker_pools(training_input: dict):
         if machine_type and count:
             pools.append((role, count, _machine_spec(role, machine_type, training_input.get(config_key))))
     return pools
+
+
+def job_args(trainer_args, training_input: dict) -> list:
+    """The trainer's flags as the job's container gets them, checked as the trainer will check them there.
+
+    ``@FILE`` arguments are read into the list, and so is a recipe given as a file (neither file travels
+    with the job); a recipe of the package (``--recipe cpu_5min``) is passed on by name, which the
+    container's package resolves. Flags the trainer refuses in a ps/worker cluster, whose workers the
+    chief cannot time, are refused here, before the job is paid for.
+
+    Raises:
+      SpecError: naming the flag, where it came from, and the fix.
+    """
+    args = []
+    for arg in trainer_args:
+        if arg.startswith("@"):
+            try:
+                with open(arg[1:]) as f:
+                    args.extend(shlex.split(f.read(), comments=True))
+            except OSError as e:
+                raise spec_lib.SpecError("%s: %s (a flag file of the trainer's)." % (arg, e.strerror)) from None
+        else:
+            args.append(arg)
+    try:
+        at, recipe = recipes.find(args)
+        if at is not None and recipe not in recipes.names():  # a file: its flags go with the job
+            args = args[:at] + recipes.read(recipe) + args[at + (2 if args[at] == recipes.FLAG else 1) :]
+        seen = recipes.expand(args)  # what the trainer will parse
+    except ValueError as e:
+        raise spec_lib.SpecError(str(e)) from None
+    cluster = [(count, role) for role, count, _ in worker_pools(training_input) if role in ("worker", "ps")]
+    if cluster:
+        where = " from --recipe %s" % recipe if recipe else ""
+        refused = [
+            ("--time-budget", "plans the steps of one process, and the chief cannot time its workers", "--train-steps"),
+            ("--network auto", "chooses the network for a --time-budget", "--network airbench"),
+        ]
+        budget = any(a == "--time-budget" or a.startswith("--time-budget=") for a in seen)
+        auto = any(a == "--network=auto" for a in seen) or any(
+            a == "--network" and b == "auto" for a, b in zip(seen, seen[1:])
+        )
+        for (flag, why, instead), given in zip(refused, (budget, auto)):
+            if given:
+                raise spec_lib.SpecError(
+                    "%s%s %s; this config's machines make a ps/worker cluster (%s): give the cluster %s, or a "
+                    "config with a masterType alone (one machine)."
+                    % (flag, where, why, ", ".join("%d %s" % c for c in cluster), instead)
+                )
+    return args
 
 
 def scheduling(spot: bool = False, restart_job_on_worker_restart: bool = False, timeout_secs: float = None):
