@@ -15,6 +15,7 @@ configuration or flag it cannot honour (then nothing is created).
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 
@@ -40,6 +41,33 @@ def check_trainer_flags(trainer_flags, job_dir: str):
     return hp, flags.flag_names()
 
 
+BEST_ARGS = "best.args"
+
+
+def write_best_args(job_dir: str, trainer_flags, best, metric: str) -> str:
+    """``JOB_DIR/best.args``: the flags the study was given (a recipe keeps its own training splits) with the
+    best trial's parameters after them, without the data and job directories, for the final model."""
+    kept, skip = [], False
+    for flag in trainer_flags:
+        if skip:
+            skip = False
+        elif flag in ("--data-dir", "--job-dir"):
+            skip = True
+        elif not flag.startswith(("--data-dir=", "--job-dir=")):
+            kept.append(flag)
+    path = os.path.join(job_dir, BEST_ARGS)
+    lines = [
+        "# The best trial (%s) of the study in %s: %s %.4f on the validation split."
+        % (best.user_attrs["trial_id"], os.path.abspath(job_dir), metric, best.value),
+        "#   python -m estimator.cifar10_main @%s --data-dir D --job-dir J" % path,
+        " ".join(shlex.quote(f) for f in kept),
+    ] + ["--%s=%s" % kv for kv in best.user_attrs["values"].items()]
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(line for line in lines if line) + "\n")
+    os.replace(path + ".tmp", path)
+    return path
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     own, trainer_flags = processes.split_argv(argv)
@@ -59,6 +87,13 @@ def main(argv=None) -> int:
         "each gets its share of the cores.",
     )
     parser.add_argument("--seed", type=int, default=None, help="Seeds the sampler.")
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="Optuna's storage, for one study shared by coordinators on several machines: a database URL, or "
+        "journal:PATH (a journal file on a shared file system). Default: JOB_DIR/study.db, this machine's.",
+    )
+    parser.add_argument("--study-name", default=None, help="The study's name in the storage (default: JOB_DIR's).")
     args = parser.parse_args(own)
     try:
         if args.max_trials is not None and args.max_trials < 1:
@@ -67,6 +102,41 @@ def main(argv=None) -> int:
             raise spec_lib.SpecError("--parallel-trials %d must be at least 1." % args.parallel_trials)
         training_input = spec_lib.load(args.config)
         hp, options = check_trainer_flags(trainer_flags, args.job_dir)
+        given_flags = list(trainer_flags)
+        if not hp.validates:
+            # A recipe of a final model trains on the validation split too: the trials train on the
+            # training split alone and report validation accuracy; best.args gives the recipe back.
+            print(
+                "note: the trials train on the training split alone and report %s on the validation split (%s "
+                "trains on %s); %s gives it back with the best trial's parameters, for the final model."
+                % (
+                    "accuracy",
+                    "--recipe %s" % hp.recipe if hp.recipe else "the flags given",
+                    " and ".join(hp.train_subsets),
+                    os.path.join(args.job_dir, BEST_ARGS),
+                )
+            )
+            trainer_flags = trainer_flags + ["--train-subsets", "train"]
+            hp, options = check_trainer_flags(trainer_flags, args.job_dir)
+        if hp.network_choice:
+            # Every trial trains the member chosen here for this budget: the study compares parameters,
+            # not networks (best.args keeps --network auto for the final model's own budget).
+            print(
+                "note: the trials train %s, the member --network auto chose for this budget on this machine."
+                % (hp.network_choice["member"])
+            )
+            trainer_flags = trainer_flags + [
+                "--network",
+                "airbench",
+                "--group-depth",
+                str(hp.group_depth),
+                "--width-multiplier",
+                "%g" % hp.width_multiplier,
+                "--crop-padding",
+                str(hp.crop_padding),
+                "--cutout",
+                str(hp.cutout),
+            ]
         study_spec = spec_lib.study_spec(training_input, options)
     except spec_lib.SpecError as e:
         print("error: %s" % e, file=sys.stderr)
@@ -84,7 +154,15 @@ def main(argv=None) -> int:
     extra = study.trainer_defaults(trainer_flags, study_spec, parallel, hp.train_steps)
     os.makedirs(args.job_dir, exist_ok=True)
     coordinator = study.Coordinator(
-        study_spec, args.job_dir, trainer_flags, max_trials, parallel, seed=args.seed, extra_flags=extra
+        study_spec,
+        args.job_dir,
+        trainer_flags,
+        max_trials,
+        parallel,
+        seed=args.seed,
+        extra_flags=extra,
+        storage=args.storage,
+        study_name=args.study_name,
     )
     print(
         "Study %r in %s: %s, goal %s %s, %d trial(s), %d at a time%s"
@@ -136,6 +214,8 @@ def main(argv=None) -> int:
             )
         )
         print("  python %s" % best.user_attrs["command"])
+        best_args = write_best_args(args.job_dir, given_flags, best, study_spec.metric)
+        print("The final model with them: python -m estimator.cifar10_main @%s --data-dir D --job-dir J" % best_args)
     print("Wrote %s and %s" % (paths["csv"], paths["png"]))
     return status
 

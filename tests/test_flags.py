@@ -398,3 +398,10 @@ def test_a_recipe_by_name_or_file_stands_for_its_flags_and_later_flags_win(mini_
     ]:
         err = parse_error(capsys, argv + base)
         assert message in err and len(err.strip().splitlines()) == 2, err
+
+
+def test_a_recipe_inside_a_flag_file_is_expanded_too(mini_records, tmp_path):
+    flagfile = tmp_path / "best.args"
+    flagfile.write_text("# a study's best.args\n--recipe he2016_resnet56 --num-gpus 0\n--weight-decay=3e-4\n")
+    args = flags.build_parser().parse_args(["@" + str(flagfile), "--data-dir", mini_records, "--job-dir", "j"])
+    assert (args.recipe, args.num_layers, args.num_gpus, args.weight_decay) == ("he2016_resnet56", 56, 0, 3e-4)

@@ -280,3 +280,83 @@ def test_parallel_trials_share_the_cores(mini_records, tmp_path):
         described = json.load(open(os.path.join(job, trial, "hparams.json")))["hparams"]
         assert described["num_intra_threads"] == max(1, cores // 2) and described["num_inter_threads"] == 1
     assert {r["state"] for r in trials(job)} == {"COMPLETE"}
+
+
+def test_a_study_of_a_recipe_trains_on_the_training_split_and_writes_its_best_args(mini_records, tmp_path):
+    """A two-trial study of the 5-minute recipe at a 25 s budget: the trials train on the training split
+    alone (the recipe trains a final model on both), report validation accuracy, and best.args gives the
+    recipe back with the best parameters, which the trainer then fits on both splits."""
+    from tests.helpers import run_main
+
+    job = str(tmp_path / "study")
+    config = write_config(
+        tmp_path / "c.yaml",
+        maxTrials=2,
+        maxParallelTrials=1,
+        params=[{"parameterName": "label-smoothing", "type": "DISCRETE", "discreteValues": [0.1, 0.2]}],
+    )
+    trainer = ["--recipe", "cpu_5min", "--time-budget", "25s", "--train-batch-size", "64", "--eval-batch-size", "339"]
+    code, out, err = tune(config, job, mini_records, "--seed", "1", trainer=trainer)
+    assert code == 0, out + err[-3000:]
+    assert (
+        "note: the trials train on the training split alone and report accuracy on the validation split "
+        "(--recipe cpu_5min trains on train and validation)" in out
+    )
+    rows = trials(job)
+    assert [r["state"] for r in rows] == ["COMPLETE", "COMPLETE"] and all(float(r["accuracy"]) > 0.1 for r in rows)
+    recorded = json.load(open(os.path.join(job, rows[0]["trial"], "hparams.json")))["hparams"]
+    assert recorded["train_subsets"] == ["train"] and recorded["recipe"] == "cpu_5min"
+    lines = open(os.path.join(job, "best.args")).read().splitlines()
+    best = max(rows, key=lambda r: float(r["accuracy"]))
+    assert lines[0].startswith("# The best trial (%s) of the study in " % best["trial"])
+    assert lines[2] == " ".join(trainer) and lines[3] == "--label-smoothing=%s" % best["label-smoothing"]
+    assert "--data-dir" not in " ".join(line for line in lines if not line.startswith("#"))
+    # The final model: the recipe's own splits, the best parameters.
+    final = str(tmp_path / "final")
+    code, out = run_main("@" + os.path.join(job, "best.args"), "--data-dir", mini_records, "--job-dir", final)
+    assert code == 0, out[-3000:]
+    hp = json.load(open(os.path.join(final, "hparams.json")))["hparams"]
+    assert hp["train_subsets"] == ["train", "validation"] and hp["label_smoothing"] == float(best["label-smoothing"])
+
+
+def test_two_coordinators_share_one_study_through_optunas_journal(mini_records, tmp_path):
+    """Two machines' coordinators (two processes here) join one study through a journal file: together
+    they run its maxTrials, each trial once, none recorded as failed by the other."""
+    journal = str(tmp_path / "shared" / "study.journal")
+    os.makedirs(os.path.dirname(journal))
+    config = write_config(tmp_path / "c.yaml", maxTrials=3, maxParallelTrials=1, params=[LEARNING_RATE_PARAM])
+    command = lambda job: (  # noqa: E731
+        [
+            sys.executable,
+            "-m",
+            "estimator.tune",
+            "--config",
+            config,
+            "--job-dir",
+            job,
+            "--storage",
+            "journal:" + journal,
+            "--study-name",
+            "shared",
+            "--",
+            "--data-dir",
+            mini_records,
+        ]
+        + TRAINER
+    )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    first = subprocess.Popen(command(str(tmp_path / "a")), cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    time.sleep(3)
+    second = subprocess.Popen(command(str(tmp_path / "b")), cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    outputs = [p.communicate(timeout=600)[0] for p in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0, outputs
+    import optuna
+
+    study = optuna.load_study(
+        study_name="shared", storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
+    )
+    states = [t.state.name for t in study.trials]
+    assert states.count("COMPLETE") == 3 and len(states) == 3, states
+    ran = [len(os.listdir(str(tmp_path / d))) for d in ("a", "b") if os.path.isdir(str(tmp_path / d))]
+    assert sum(1 for t in study.trials if t.user_attrs["coordinator"].endswith(":%d" % first.pid)) >= 1
+    assert sum(1 for t in study.trials if t.user_attrs["coordinator"].endswith(":%d" % second.pid)) >= 1, ran

@@ -36,7 +36,8 @@ class _FlagFileParser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
         try:
-            args = recipes.expand(args)
+            # @FILE first (argparse's own reading of them), so that a --recipe inside one is expanded too.
+            args = recipes.expand(self._read_args_from_files(args))
         except ValueError as e:
             self.error(str(e))
         return super().parse_known_args(args, namespace)

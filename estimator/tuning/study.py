@@ -34,6 +34,10 @@ Mapping of the service's settings:
 * Resume: the same command continues the study; trials a killed coordinator
   left RUNNING are recorded as failed (their directories kept) and finished
   trials are never run again. ``resumePreviousJobId`` names the study.
+* Several machines, one study: ``--storage`` names Optuna's own storage shared by their coordinators
+  (a database URL, or ``journal:PATH``, a journal file on a shared file system); each coordinator
+  starts trials until the study has ``maxTrials``, and only a trial whose coordinator is known to be
+  gone (on this host, its process ended) is recorded as failed.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -186,6 +191,7 @@ class Coordinator(object):
         study_name: str = None,
         extra_flags=(),
         out=sys.stdout,
+        storage: str = None,
     ):
         self.spec = study_spec
         self.job_dir = os.path.abspath(job_dir)
@@ -195,6 +201,8 @@ class Coordinator(object):
         self.seed = seed
         self.study_name = study_name or study_spec.resume_previous_job_id or os.path.basename(self.job_dir)
         self.out = out
+        self.storage = storage
+        self.host = socket.gethostname()
         self.running = {}
         self.study = None  # the open study, also after StudyFailed
 
@@ -204,7 +212,7 @@ class Coordinator(object):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        storage = "sqlite:///" + os.path.join(self.job_dir, STUDY_DB)
+        storage = open_storage(self.storage, self.job_dir)
         if self.spec.resume_previous_job_id:
             names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
             if self.spec.resume_previous_job_id not in names:
@@ -227,7 +235,10 @@ class Coordinator(object):
         from optuna.trial import TrialState
 
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            # A coordinator killed mid-trial: record the trial as failed, keep its directory.
+            # A coordinator killed mid-trial: record the trial as failed, keep its directory. Another
+            # coordinator's running trial (a shared study) is left alone.
+            if not _coordinator_gone(frozen.user_attrs.get("coordinator"), self.host):
+                continue
             study.tell(frozen.number, state=TrialState.FAIL)
             self.say(
                 "trial %s was left running by an earlier coordinator: recorded as failed"
@@ -259,6 +270,7 @@ class Coordinator(object):
         values = sample(trial, self.spec.params)
         trial.set_user_attr("trial_id", trial_id)
         trial.set_user_attr("values", values)
+        trial.set_user_attr("coordinator", "%s:%d" % (self.host, os.getpid()))
         trial_dir = os.path.join(self.job_dir, trial_id)
         os.makedirs(trial_dir, exist_ok=True)
         env = dict(
@@ -367,6 +379,37 @@ class Coordinator(object):
                 processes.stop_group(run.process, grace=60)
             raise
         return study
+
+
+def open_storage(storage: str, job_dir: str):
+    """Optuna's storage: ``journal:PATH`` (a journal file, for coordinators on several machines sharing a
+    file system), a database URL (``sqlite:///...``, ``postgresql://...``), or by default
+    ``JOB_DIR/study.db``."""
+    if not storage:
+        return "sqlite:///" + os.path.join(job_dir, STUDY_DB)
+    if storage.startswith("journal:"):
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        return JournalStorage(JournalFileBackend(os.path.abspath(storage[len("journal:") :])))
+    return storage
+
+
+def _coordinator_gone(tag, host: str) -> bool:
+    """Whether the coordinator ``host:pid`` that started a trial is known to have ended: on this host, its
+    process is gone. Trials of older studies have no tag (one coordinator then: gone)."""
+    if not tag:
+        return True
+    their_host, _, pid = tag.rpartition(":")
+    if their_host != host:
+        return False  # another machine's coordinator: nothing here says it has ended
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError):
+        return False
+    return int(pid) == os.getpid()  # this very coordinator, started again under the same pid: gone
 
 
 def _die_with_parent() -> None:
