@@ -34,9 +34,9 @@ $(VENV)/.installed: setup.py requirements.txt requirements-test.txt
 venv: $(VENV)/.installed
 
 run: venv
+	@test -z "$(CIFAR10_SOURCE)" -o -e "$(CIFAR10_SOURCE)" -o -n "$(findstring ://,$(CIFAR10_SOURCE))" || { echo "make run: $(CIFAR10_SOURCE) does not exist: download the official archive with make run CIFAR10_SOURCE= (about 170 MB), or name yours: make run CIFAR10_SOURCE=PATH CIFAR10_SHA256=HEX" >&2; exit 2; }
 	$(PY) generate_cifar10_tfrecords.py --data-dir $(DATA_DIR) $(SOURCE_FLAGS)
 	$(PY) -m estimator.cifar10_main --data-dir $(DATA_DIR) --job-dir $(JOB_DIR) $(RUN_FLAGS)
-	@cat $(JOB_DIR)/results.json
 	@echo "TensorBoard: $(VENV)/bin/tensorboard --logdir $(JOB_DIR)"
 
 lint: venv

@@ -218,3 +218,20 @@ def test_the_container_installs_the_packages_pins_and_runs_the_trainer_as_vertex
     entrypoint = json.loads(re.search(r"^ENTRYPOINT (.+)$", text, re.M).group(1))
     job = vertex_job.custom_job_spec({"scaleTier": "BASIC"}, None, ["--data-dir=gs://b/d"], None, "image:1")
     assert entrypoint == job["workerPoolSpecs"][0]["containerSpec"]["command"]
+
+
+def test_make_run_without_the_archive_says_how_to_get_one(tmp_path):
+    import shutil as sh
+
+    missing = str(tmp_path / "cifar-10-python.tar.gz")
+    proc = subprocess.run(
+        [sh.which("make"), "-s", "run", "CIFAR10_SOURCE=" + missing, "DATA_DIR=" + str(tmp_path / "d")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and not os.path.exists(str(tmp_path / "d"))
+    assert proc.stderr.splitlines()[0] == (
+        "make run: %s does not exist: download the official archive with make run CIFAR10_SOURCE= (about "
+        "170 MB), or name yours: make run CIFAR10_SOURCE=PATH CIFAR10_SHA256=HEX" % missing
+    )
