@@ -327,18 +327,12 @@ def test_a_recipe_the_trainer_would_refuse_in_the_jobs_cluster_is_refused_before
         ]
     )
     assert code == 2 and "missing.args: No such file or directory" in capsys.readouterr().err
-    # The study of hptuning_config.yaml runs each trial on one machine: a recipe's budget is fine there.
-    code, job = generate(
-        tmp_path,
-        "hp-tuning-job",
-        "--config",
-        REPO + "/hptuning_config.yaml",
-        "--package-uri",
-        PACKAGE,
-        "--",
-        "--recipe",
-        "cpu_5min",
-        "--data-dir=gs://b/d",
-    )
+    # A study of a recipe (hptuning_recipe.yaml) runs each trial on one machine: its budget is fine there.
+    image = ["--image-uri", "us-docker.pkg.dev/p/r/t:1"]
+    trainer = ["--recipe", "cpu_5min", "--data-dir=gs://b/d"]
+    code, job = generate(tmp_path, "hp-tuning-job", "--config", REPO + "/hptuning_recipe.yaml", *image, "--", *trainer)
     assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1HyperparameterTuningJob") == []
-    assert "cpu_5min" in str(job["trialJobSpec"])
+    [pool] = job["trialJobSpec"]["workerPoolSpecs"]
+    assert pool["containerSpec"]["args"] == trainer
+    names = [p["parameterId"] for p in job["studySpec"]["parameters"]]
+    assert names == ["learning-rate", "weight-decay", "label-smoothing", "momentum", "batch-norm-decay", "crop-padding"]
