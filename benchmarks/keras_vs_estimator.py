@@ -82,7 +82,7 @@ def keras_resnet(num_layers, weight_decay, decay, epsilon):
     return tf.keras.Model(inputs, outputs)
 
 
-def keras_airbench(whitening, group_depth, weight_decay, decay, epsilon):
+def keras_airbench(whitening, group_depth, weight_decay, decay, epsilon, width_multiplier=1.0):
     """airbench's network in Keras, layer for layer as estimator.networks.airbench (GELU as Keras has it:
     tf.nn.gelu's ops); ``whitening``: the fixed 2x2 whitening kernel, from the same training images."""
     layers, reg = tf.keras.layers, tf.keras.regularizers.l2(weight_decay / 2)
@@ -105,7 +105,7 @@ def keras_airbench(whitening, group_depth, weight_decay, decay, epsilon):
         trainable=False,
     )(x)
     x = gelu(x)
-    for width in airbench.WIDTHS:
+    for width in (int(round(w * width_multiplier)) for w in airbench.WIDTHS):
         x = gelu(bn(layers.MaxPooling2D(2)(conv(x, width))))
         shortcut = x
         x = gelu(bn(conv(x, width)))
@@ -120,7 +120,11 @@ def keras_airbench(whitening, group_depth, weight_decay, decay, epsilon):
 def _network(args):
     """HParams fields of ``args``' network (``args.network``: resnet, the default, or airbench)."""
     if getattr(args, "network", "resnet") == "airbench":
-        return {"network": "airbench", "group_depth": args.group_depth}
+        return {
+            "network": "airbench",
+            "group_depth": args.group_depth,
+            "width_multiplier": getattr(args, "width_multiplier", 1.0),
+        }
     return {"num_layers": args.num_layers}
 
 
@@ -149,7 +153,8 @@ def keras_rate(args, policy="float32"):
         if _network(args).get("network") == "airbench":
             images = Cifar10DataSet(args.data_dir, "train").first_images(airbench.WHITEN_IMAGES)
             whitening = airbench.whitening_kernel(images).numpy()
-            model = keras_airbench(whitening, args.group_depth, 2e-4, args.batch_norm_decay, 1e-5)
+            width = getattr(args, "width_multiplier", 1.0)
+            model = keras_airbench(whitening, args.group_depth, 2e-4, args.batch_norm_decay, 1e-5, width)
         else:
             model = keras_resnet(args.num_layers, 2e-4, args.batch_norm_decay, 1e-5)
     finally:

@@ -34,8 +34,9 @@ import tensorflow as tf  # noqa: E402
 from benchmarks import keras_vs_estimator as kv  # noqa: E402
 from benchmarks.input_pipeline import images_per_second  # noqa: E402
 from estimator.data.pipeline import Cifar10DataSet  # noqa: E402
-from estimator.networks.airbench import GROUP_DEPTHS, AirbenchCifar10  # noqa: E402
-from estimator.networks.resnet import ResNetCifar10  # noqa: E402
+from estimator.networks import registry  # noqa: E402
+from estimator.networks.airbench import GROUP_DEPTHS  # noqa: E402
+from estimator.training.hparams import HParams  # noqa: E402
 
 v1 = tf.compat.v1
 
@@ -51,18 +52,11 @@ def matmul_gflops(dtype, n=2048, repeats=10) -> float:
     return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e9
 
 
-def forward_flops(num_layers: int = 20, group_depth: int = 0) -> int:
-    """Floating-point operations of one image's forward pass, counted by TensorFlow's profiler:
-    ResNet-``num_layers``, or (``group_depth`` 2 or 3) the airbench network."""
-    with tf.Graph().as_default() as graph:
-        if group_depth:
-            model = AirbenchCifar10(False, 0.6, 1e-5, group_depth=group_depth, fused_activation=False)
-        else:
-            model = ResNetCifar10(num_layers, False, 0.997, 1e-5, "channels_last")
-        model.forward_pass(tf.zeros([1, 32, 32, 3]))
-        opts = v1.profiler.ProfileOptionBuilder.float_operation()
-        opts["output"] = "none"
-        return v1.profiler.profile(graph, options=opts).total_float_ops
+def forward_flops(num_layers: int = 20, group_depth: int = 0, width_multiplier: float = 1.0) -> int:
+    """Floating-point operations of one image's forward pass (``registry.forward_flops``): ResNet-``num_layers``,
+    or (``group_depth`` 2 or 3) the airbench network at ``width_multiplier``."""
+    network = {"network": "airbench", "group_depth": group_depth} if group_depth else {"num_layers": num_layers}
+    return registry.forward_flops(HParams(data_dir="", job_dir="", width_multiplier=width_multiplier, **network))
 
 
 def torch_available() -> bool:
@@ -119,6 +113,16 @@ def main(argv=None):
         default=[128],
         help="Every trainer at the first; ours fp32 also at the others (the best batch).",
     )
+    parser.add_argument(
+        "--width-multiplier", type=float, default=1.0, help="--network airbench: its filters times this."
+    )
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=("fp32", "bf16"),
+        default=["fp32", "bf16"],
+        help="fp32 alone where oneDNN is held below bf16 (ONEDNN_MAX_CPU_ISA=AVX2: bf16 aborts there).",
+    )
     parser.add_argument("--batch-norm-decay", type=float, default=0.997)
     parser.add_argument("--steps", type=int, default=40, help="Timed fp32 steps per round.")
     parser.add_argument(
@@ -134,21 +138,23 @@ def main(argv=None):
     args = parser.parse_args(argv)
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
     print_machine()
-    peak = {"fp32": matmul_gflops(tf.float32), "bf16": matmul_gflops(tf.bfloat16)}
-    print("matmul 2048x2048: fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s" % (peak["fp32"], peak["bf16"]))
+    dtypes = {"fp32": tf.float32, "bf16": tf.bfloat16}
+    peak = {p: matmul_gflops(dtypes[p]) for p in args.precisions}
+    print("matmul 2048x2048: %s" % ", ".join("%s %.0f GFLOP/s" % kv for kv in peak.items()))
     airbench = args.network == "airbench"
     with_torch = torch_available() and not args.no_torch and not airbench
     if airbench:
         print("No PyTorch version of the airbench network here: its rows are left out.")
     elif not with_torch:
         print("PyTorch not installed (pip install -e .[bench]): its rows are left out.")
-    table = trainers(with_torch)
+    table = {name: row for name, row in trainers(with_torch).items() if row[0] in args.precisions}
     batch = args.batch_sizes[0]
     # Each network timed, by label: ResNet-20, ..., or airbench94 / airbench96 (its group depth). In the
     # JSON: "depths" by depth (ResNets), "networks" by label (airbench).
     # Values: (num_layers, group_depth), as forward_flops takes them.
     if airbench:
-        networks = {"airbench%d" % (90 + 2 * args.group_depth): (0, args.group_depth)}
+        width = "" if args.width_multiplier == 1 else " x%g" % args.width_multiplier
+        networks = {"airbench%d%s" % (90 + 2 * args.group_depth, width): (0, args.group_depth)}
     else:
         networks = {"ResNet-%d" % d: (d, 0) for d in args.depths}
     section = {}
@@ -161,6 +167,7 @@ def main(argv=None):
             network=args.network,
             group_depth=args.group_depth,
             num_layers=depth,
+            width_multiplier=args.width_multiplier,
             batch_size=batch_size,
             steps=steps,
             warmup=args.warmup,
@@ -168,7 +175,7 @@ def main(argv=None):
         )
 
     for label, (depth, group_depth) in networks.items():
-        flops = 3 * forward_flops(depth, group_depth)  # forward + backward (twice the forward)
+        flops = 3 * forward_flops(depth, group_depth, args.width_multiplier)  # forward + backward (twice)
         rounds = {name: [] for name in table}
         extra = {b: [] for b in args.batch_sizes[1:]}
         for r in range(args.rounds):
