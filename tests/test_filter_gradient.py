@@ -169,6 +169,7 @@ def test_choice_is_the_faster_timed_once_per_cpu_and_shape(tmp_path):
     assert choose((512, 4, 4, 256)) == fg.NATIVE and len(calls) == 5
 
 
+@pytest.mark.bf16_kernels
 def test_timing_runs_both_gradients():
     timing = fg.time_filter_gradients((4, 4, 4, 128), (3, 3, 128, 8), tf.bfloat16, runs=2, warmup=1)
     assert set(timing) == {fg.NATIVE, fg.MATMULS} and all(ms > 0 for ms in timing.values())
@@ -245,6 +246,7 @@ def test_benchmark_reads_the_networks_convolutions():
     ]
 
 
+@pytest.mark.bf16_kernels
 def test_benchmark_times_each_shape_and_whole_steps_both_ways(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CIFAR10_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "filter_gradient_speed.json"
@@ -260,6 +262,7 @@ def test_benchmark_times_each_shape_and_whole_steps_both_ways(tmp_path, monkeypa
     assert "bf16       20" in capsys.readouterr().out
 
 
+@pytest.mark.bf16_kernels
 def test_a_progressively_resized_network_times_every_small_square_map_once(tmp_path, monkeypatch):
     # Maps known only as the step runs: the three candidate convolutions (128 channels in) take the
     # measured gradient through a condition on the map's side; the sides are timed once (here cached).

@@ -186,7 +186,7 @@ def test_probes_measure_the_data_gradient_without_weight_decay():
     ]
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("precision", [pytest.param("bf16", marks=pytest.mark.bf16_kernels), "fp16"])
 def test_probes_run_in_mixed_precision(precision):
     with tf.Graph().as_default():
         v1.set_random_seed(0)  # fixed weights: fp16's first step (loss scale 2^15) is known not to overflow

@@ -40,6 +40,7 @@ def logits_of(precision, images, values=None):
             return sess.run(logits), {v.op.name: sess.run(v) for v in v1.global_variables()}
 
 
+@pytest.mark.bf16_kernels
 def test_bf16_logits_match_fp32_logits_of_the_same_weights():
     images = np.random.RandomState(0).uniform(0, 255, size=(16, 32, 32, 3)).astype(np.float32)
     fp32, values = logits_of("fp32", images)
@@ -112,6 +113,7 @@ def test_fp16_with_sync_replicas_builds():
         assert any(n.endswith("current_loss_scale") for n in names) and "skipped_steps" in names
 
 
+@pytest.mark.bf16_kernels
 @pytest.mark.slow
 def test_checkpoints_carry_over_between_precisions(mini_records, tmp_path):
     """bf16 writes a float32 checkpoint that fp32 evaluates and fp16 and fp32 train on from."""

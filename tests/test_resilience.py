@@ -68,6 +68,7 @@ def test_numbers_are_checked_at_parse_time(mini_records, tmp_path, capsys, flags
     assert not os.path.exists(str(tmp_path / "j"))
 
 
+@pytest.mark.bf16_kernels
 def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records, tmp_path):
     job = str(tmp_path / "job")
     code, out = run_job(mini_records, job, *SMALL, *"--train-steps 2 --eval-policy final --export false".split())

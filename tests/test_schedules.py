@@ -65,6 +65,7 @@ def parse(mini_records, tmp_path, *flags):
     )
 
 
+@pytest.mark.bf16_kernels
 def test_train_epochs_and_schedule_land_in_hparams(mini_records, tmp_path):
     hp = parse(
         mini_records,

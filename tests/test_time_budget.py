@@ -430,6 +430,7 @@ def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
         assert probe_cache.native_bf16({"flags": {"amx_bf16"}, "isa": isa}), isa
 
 
+@pytest.mark.bf16_kernels
 def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
     from estimator.training import precision
     from tests.helpers import hp

@@ -65,6 +65,7 @@ def test_flops_are_counted_for_both_networks():
     assert airbench96 / airbench94 == pytest.approx(1.36, abs=0.01)
 
 
+@pytest.mark.bf16_kernels
 @pytest.mark.slow
 def test_the_airbench_network_is_timed_in_both_frameworks(mini_records, tmp_path, capsys):
     out = tmp_path / "speed.json"
