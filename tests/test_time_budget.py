@@ -252,6 +252,9 @@ def test_tta_views_are_planned_within_the_ends_share_and_dropped_when_they_no_lo
     assert slow.views_that_fit(slow.clock()) == ([], ["flip", "translations"])
     slow.clock.now = slow.deadline - 40.0
     assert slow.views_that_fit(slow.clock()) == (["flip"], ["translations"])
+    # Training's last step ends a fraction of a second into the reserve: the planned views still run.
+    slow.clock.now = slow.deadline - slow.final_secs() + 0.4
+    assert slow.views_that_fit(slow.clock()) == (["flip"], ["translations"])
     # Never beyond the plan, however much time is left.
     slow.clock.now = slow.deadline - 200.0
     assert slow.views_that_fit(slow.clock()) == (["flip"], ["translations"])

@@ -71,6 +71,8 @@ REPLAN_TOLERANCE = 0.01
 # that would take the end past it is not planned (plain accuracy is always evaluated), so TTA never starves
 # training (at 5 minutes: 45 s). On an AVX2-only EPYC the 5-minute recipe's three evaluations took 111 s.
 FINAL_SHARE = 0.15
+# A planned view still runs when the end is this much short of the time it was planned to take.
+END_TOLERANCE_SECS = 1.0
 # The end's reserve follows the training speed down to this factor below the best measured.
 BURST_FACTOR = 2.0
 
@@ -278,7 +280,9 @@ class Planner:
         """``(kept, dropped)`` names of the planned views, at the end: those that still fit the time left
         (training may have ended late, or the machine slowed down), and the rest of the optional ones."""
         planned = [v for v in self.optional_views if v[0] in self.planned_views()]
-        kept = [name for name, _ in self._views_within(self.remaining_secs(now), planned)]
+        # Training ends with the step that crosses its deadline, a fraction of a second into the reserve:
+        # that alone must not drop a view the plan kept time for (the budget's promise is +1 s).
+        kept = [name for name, _ in self._views_within(self.remaining_secs(now) + END_TOLERANCE_SECS, planned)]
         return kept, [name for name, _ in self.optional_views if name not in kept]
 
     def final_secs(self) -> float:
