@@ -36,13 +36,17 @@ def write_config(path, **hyperparameters):
     return str(path)
 
 
-def tune(config, job_dir, data_dir, *options, trainer=TRAINER, timeout=600):
-    command = (
+def tune_command(config, job_dir, data_dir, *options, trainer=TRAINER):
+    return (
         [sys.executable, "-m", "estimator.tune", "--config", config, "--job-dir", job_dir]
         + list(options)
         + ["--", "--data-dir", data_dir]
         + list(trainer)
     )
+
+
+def tune(config, job_dir, data_dir, *options, trainer=TRAINER, timeout=600):
+    command = tune_command(config, job_dir, data_dir, *options, trainer=trainer)
     proc = subprocess.run(
         command,
         cwd=REPO,
@@ -325,25 +329,8 @@ def test_two_coordinators_share_one_study_through_optunas_journal(mini_records, 
     journal = str(tmp_path / "shared" / "study.journal")
     os.makedirs(os.path.dirname(journal))
     config = write_config(tmp_path / "c.yaml", maxTrials=3, maxParallelTrials=1, params=[LEARNING_RATE_PARAM])
-    command = lambda job: (  # noqa: E731
-        [
-            sys.executable,
-            "-m",
-            "estimator.tune",
-            "--config",
-            config,
-            "--job-dir",
-            job,
-            "--storage",
-            "journal:" + journal,
-            "--study-name",
-            "shared",
-            "--",
-            "--data-dir",
-            mini_records,
-        ]
-        + TRAINER
-    )
+    shared = ("--storage", "journal:" + journal, "--study-name", "shared")
+    command = lambda job: tune_command(config, job, mini_records, *shared)  # noqa: E731
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     first = subprocess.Popen(command(str(tmp_path / "a")), cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     time.sleep(3)

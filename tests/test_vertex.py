@@ -289,44 +289,20 @@ def test_recipes_reach_the_job_by_name_and_flag_files_are_read_into_it(tmp_path)
 
 
 def test_a_recipe_the_trainer_would_refuse_in_the_jobs_cluster_is_refused_before_anything_is_written(tmp_path, capsys):
-    kind, config = "custom-job", "cmle_config.yaml"  # a master, 2 workers and a parameter server
     out = tmp_path / "out.yaml"
-    code = vertex_cli.main(
-        [
-            kind,
-            "--config",
-            REPO + "/" + config,
-            "--package-uri",
-            PACKAGE,
-            "--output",
-            str(out),
-            "--",
-            "--recipe",
-            "cpu_5min",
-            "--data-dir=gs://b/d",
-        ]
-    )
-    err = capsys.readouterr().err
-    assert code == 2 and not out.exists() and not (tmp_path / "out.yaml.tmp").exists()
-    assert err.strip() == (
+
+    def refused(*trainer):  # cmle_config.yaml: a master, 2 workers and a parameter server
+        config = ["--config", REPO + "/cmle_config.yaml", "--package-uri", PACKAGE, "--output", str(out)]
+        code = vertex_cli.main(["custom-job", *config, "--", *trainer])
+        assert code == 2 and not out.exists() and not (tmp_path / "out.yaml.tmp").exists()
+        return capsys.readouterr().err.strip()
+
+    assert refused("--recipe", "cpu_5min", "--data-dir=gs://b/d") == (
         "error: --time-budget from --recipe cpu_5min plans the steps of one process, and the chief cannot time its "
         "workers; this config's machines make a ps/worker cluster (2 worker, 1 ps): give the cluster "
         "--train-steps, or a config with a masterType alone (one machine)."
     )
-    code = vertex_cli.main(
-        [
-            kind,
-            "--config",
-            REPO + "/" + config,
-            "--package-uri",
-            PACKAGE,
-            "--output",
-            str(out),
-            "--",
-            "@" + str(tmp_path / "missing.args"),
-        ]
-    )
-    assert code == 2 and "missing.args: No such file or directory" in capsys.readouterr().err
+    assert "missing.args: No such file or directory" in refused("@" + str(tmp_path / "missing.args"))
     # A study of a recipe (hptuning_recipe.yaml) runs each trial on one machine: its budget is fine there.
     image = ["--image-uri", "us-docker.pkg.dev/p/r/t:1"]
     trainer = ["--recipe", "cpu_5min", "--data-dir=gs://b/d"]
