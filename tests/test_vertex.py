@@ -246,45 +246,20 @@ def _one_machine(tmp_path):
 
 
 def test_recipes_reach_the_job_by_name_and_flag_files_are_read_into_it(tmp_path):
-    image = "--image-uri us-docker.pkg.dev/p/r/t:1".split()
-    code, job = generate(
-        tmp_path,
-        "custom-job",
-        "--config",
-        _one_machine(tmp_path),
-        *image,
-        "--",
-        "--recipe",
-        "cpu_5min",
-        "--data-dir=gs://b/d",
-        "--seed",
-        "3",
-    )
-    assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
+    def job_args(*trainer):
+        image = ["--image-uri", "us-docker.pkg.dev/p/r/t:1"]
+        code, job = generate(tmp_path, "custom-job", "--config", _one_machine(tmp_path), *image, "--", *trainer)
+        assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
+        return job["workerPoolSpecs"][0]["containerSpec"]["args"]
+
     # The container's package has the recipe: its name is enough.
-    assert job["workerPoolSpecs"][0]["containerSpec"]["args"] == [
-        "--recipe",
-        "cpu_5min",
-        "--data-dir=gs://b/d",
-        "--seed",
-        "3",
-    ]
+    trainer = ["--recipe", "cpu_5min", "--data-dir=gs://b/d", "--seed", "3"]
+    assert job_args(*trainer) == trainer
     # A flag file, and a recipe given as a file, do not travel with the job: their flags go in its arguments.
     flagfile = tmp_path / "mine.args"
     flagfile.write_text("# my flags\n--num-layers 20 --train-steps 100\n")
-    code, job = generate(
-        tmp_path,
-        "custom-job",
-        "--config",
-        _one_machine(tmp_path),
-        *image,
-        "--",
-        "@" + str(flagfile),
-        "--recipe=" + str(flagfile),
-        "--data-dir=gs://b/d",
-    )
-    args = job["workerPoolSpecs"][0]["containerSpec"]["args"]
-    assert code == 0 and args == ["--num-layers", "20", "--train-steps", "100"] * 2 + ["--data-dir=gs://b/d"]
+    args = job_args("@" + str(flagfile), "--recipe=" + str(flagfile), "--data-dir=gs://b/d")
+    assert args == ["--num-layers", "20", "--train-steps", "100"] * 2 + ["--data-dir=gs://b/d"]
     assert not any(a.startswith("@") for a in args)
 
 
