@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from estimator.data import records as fmt
 from estimator.data.convert import convert
-from estimator.data.pipeline import CUTOUT_FILL, Cifar10DataSet, MissingDataError, distort
+from estimator.data.pipeline import CUTOUT_FILL, Cifar10DataSet, CorruptDataError, MissingDataError, distort
 from tests import cifar_archives as ca
 
 
@@ -140,6 +140,21 @@ def test_records_of_the_original_tool_without_manifest(small, tmp_path):
         name = fmt.record_filename(subset)
         os.symlink(os.path.join(data_dir, name), str(tmp_path / name))
     assert Cifar10DataSet(str(tmp_path), "train").num_examples_per_epoch() == 14
+
+
+def test_records_without_manifest_are_counted_by_their_framing_and_truncation_is_named(small, tmp_path):
+    data_dir, _ = small
+    for subset in fmt.SUBSETS:
+        name = fmt.record_filename(subset)
+        with open(os.path.join(data_dir, name), "rb") as f:
+            data = f.read()
+        # The validation file loses the last byte of its last record's checksum.
+        with open(str(tmp_path / name), "wb") as f:
+            f.write(data[:-1] if subset == fmt.VALIDATION else data)
+    ds = Cifar10DataSet(str(tmp_path), "eval")
+    assert [ds.num_examples_per_epoch(s) for s in (fmt.TRAIN, fmt.TEST)] == [14, 7]
+    with pytest.raises(CorruptDataError, match=r"validation.tfrecords ends inside record 6: the file is truncated"):
+        ds.num_examples_per_epoch(fmt.VALIDATION)
 
 
 @pytest.mark.parametrize("make_dir", [lambda p: str(p / "nope"), lambda p: str(p), lambda p: ""])

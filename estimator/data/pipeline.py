@@ -19,6 +19,7 @@ model gives zero weight, so batch shapes stay static and divisible by towers.
 
 from __future__ import annotations
 
+import io
 import os
 import random
 
@@ -47,6 +48,17 @@ def _missing(data_dir: str, what: str) -> MissingDataError:
 
 class CorruptDataError(MissingDataError):
     """The TFRecords disagree with the manifest written beside them."""
+
+
+def _count_records(path: str, fix: str) -> int:
+    """Records in one TFRecord file (local, streamed; or on Cloud Storage, read whole)."""
+    try:
+        if storage.is_gcs(path):
+            return fmt.count_records(io.BytesIO(storage.read_bytes(path)), path)
+        with open(path, "rb") as f:
+            return fmt.count_records(f, path)
+    except ValueError as e:
+        raise CorruptDataError("%s %s" % (e, fix)) from e
 
 
 def verify_splits(data_dir: str, train_subsets=(fmt.TRAIN,)) -> int:
@@ -211,7 +223,7 @@ class Cifar10DataSet(object):
                 % (path, format(found, ","), fmt.MANIFEST_NAME, format(int(entry["bytes"]), ","), fix)
             )
         if count_records and not storage.is_gcs(path):
-            count = sum(1 for _ in tf.compat.v1.io.tf_record_iterator(path))
+            count = _count_records(path, fix)
             if count != int(entry["examples"]):
                 raise CorruptDataError(
                     "%s holds %s records but %s says %s. %s"
@@ -231,7 +243,7 @@ class Cifar10DataSet(object):
         path = storage.join(self.data_dir, fmt.record_filename(subset))
         if not storage.exists(path):
             raise _missing(self.data_dir, fmt.record_filename(subset))
-        return sum(1 for _ in tf.compat.v1.io.tf_record_iterator(path))
+        return _count_records(path, "Rewrite the records with generate_cifar10_tfrecords.py --overwrite.")
 
     def dataset(self, batch_size: int):
         """A ``tf.data.Dataset`` of ``(images, labels)`` batches (see module doc)."""

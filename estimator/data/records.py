@@ -14,6 +14,7 @@ The record layout is the original tutorial's, so TFRecords written by the old
 from __future__ import annotations
 
 import json
+import struct
 
 HEIGHT = 32
 WIDTH = 32
@@ -81,6 +82,32 @@ def encode_example(image: bytes, label: int) -> bytes:
         LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
     }
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+# TFRecord framing: a little-endian uint64 length and its CRC, the record, the record's CRC.
+_LENGTH = struct.Struct("<Q")
+_CRC_BYTES = 4
+
+
+def count_records(fileobj, name: str) -> int:
+    """Records in an open binary TFRecord file, read by their framing alone (no TensorFlow: its
+    ``tf_record_iterator`` is deprecated and warns on every command that counts).
+
+    Raises:
+      ValueError: the file ends inside a record (``name`` names it).
+    """
+    count = 0
+    while True:
+        header = fileobj.read(_LENGTH.size + _CRC_BYTES)
+        if not header:
+            return count
+        if len(header) < _LENGTH.size + _CRC_BYTES:
+            raise ValueError("%s ends inside the header of record %d: the file is truncated." % (name, count + 1))
+        (length,) = _LENGTH.unpack_from(header)
+        body = fileobj.read(length + _CRC_BYTES)
+        if len(body) < length + _CRC_BYTES:
+            raise ValueError("%s ends inside record %d: the file is truncated." % (name, count + 1))
+        count += 1
 
 
 def feature_spec():
