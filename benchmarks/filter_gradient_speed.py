@@ -2,6 +2,8 @@
 
     python -m benchmarks.filter_gradient_speed --network airbench --group-depth 3 --batch-size 512
     python -m benchmarks.filter_gradient_speed --network resnet --num-layers 20 --batch-size 256
+    ONEDNN_MAX_CPU_ISA=AVX2 python -m benchmarks.filter_gradient_speed --group-depth 2 --width-multiplier 0.5 \
+        --precisions fp32
 
 For each stride-1 3x3 convolution of the training network (its input and kernel
 shapes read off the network built at ``--batch-size``, for each of
@@ -68,6 +70,7 @@ def main(argv=None):
     parser.add_argument("--network", choices=("airbench", "resnet"), default="airbench")
     parser.add_argument("--group-depth", type=int, choices=airbench.GROUP_DEPTHS, default=3)
     parser.add_argument("--num-layers", type=int, default=20)
+    parser.add_argument("--width-multiplier", type=float, default=1.0, help="--network auto's narrower members.")
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--image-sizes", type=int, nargs="+", default=[32, 20])
     parser.add_argument("--precisions", nargs="+", choices=precision.CANDIDATES, default=["bf16", "fp32"])
@@ -85,11 +88,18 @@ def main(argv=None):
         network=args.network,
         group_depth=args.group_depth if args.network == "airbench" else 2,
         num_layers=args.num_layers,
+        width_multiplier=args.width_multiplier,
         train_batch_size=args.batch_size,
         seed=0,
     )
     dtypes = {"bf16": tf.bfloat16, "fp32": tf.float32}
-    result = {"network": args.network, "batch_size": args.batch_size, "shapes": [], "steps": {}}
+    result = {
+        "network": args.network,
+        "width_multiplier": args.width_multiplier,
+        "batch_size": args.batch_size,
+        "shapes": [],
+        "steps": {},
+    }
     print("\nms per filter gradient, best of %d rounds of %d" % (args.rounds, args.runs))
     print("%-6s %-20s %-16s %9s %9s %8s %s" % ("", "input", "kernel", "native", "matmuls", "speedup", "candidate"))
     for size in args.image_sizes:
