@@ -213,7 +213,15 @@ def main(argv=None) -> int:
                 " ".join("--%s=%s" % kv for kv in best.user_attrs["values"].items()),
             )
         )
-        print("  python %s" % best.user_attrs["command"])
+        # The trainer added the trial's id to --job-dir (CLOUD_ML_TRIAL_ID), as on the cloud service.
+        print(
+            "  python %s  (with CLOUD_ML_TRIAL_ID=%s: its directory %s)"
+            % (
+                best.user_attrs["command"],
+                best.user_attrs["trial_id"],
+                os.path.join(args.job_dir, best.user_attrs["trial_id"]),
+            )
+        )
         best_args = write_best_args(args.job_dir, given_flags, best, study_spec.metric)
         print("The final model with them: python -m estimator.cifar10_main @%s --data-dir D --job-dir J" % best_args)
     print("Wrote %s and %s" % (paths["csv"], paths["png"]))

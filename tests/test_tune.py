@@ -108,6 +108,7 @@ def test_a_three_trial_study_with_every_parameter_type(mini_records, tmp_path):
     best = max(rows, key=lambda r: float(r["accuracy"]))
     assert "Best trial %s: accuracy %.4f" % (best["trial"], float(best["accuracy"])) in out
     assert "estimator.cifar10_main" in out.split("Best trial")[1]
+    assert "(with CLOUD_ML_TRIAL_ID=%s: its directory %s)" % (best["trial"], os.path.join(job, best["trial"])) in out
     assert open(os.path.join(job, "study.png"), "rb").read(4) == b"\x89PNG"
 
 
