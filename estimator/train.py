@@ -79,16 +79,17 @@ def session_config(hp: hparams_lib.HParams):
 
 def run_config(hp: hparams_lib.HParams) -> tf.estimator.RunConfig:
     steps = hp.save_checkpoints_steps
-    return tf.estimator.RunConfig(
-        model_dir=hp.job_dir,
-        session_config=session_config(hp),
-        tf_random_seed=hp.seed,
-        save_checkpoints_steps=steps,
-        save_checkpoints_secs=None if steps else hp.save_checkpoints_secs,
-        keep_checkpoint_max=hp.keep_checkpoint_max,
-        log_step_count_steps=hp.log_every_n_steps,
-        save_summary_steps=min(100, hp.log_every_n_steps),
-    )
+    with cluster_lib.hidden_from_estimator(hp.cluster):
+        return tf.estimator.RunConfig(
+            model_dir=hp.job_dir,
+            session_config=session_config(hp),
+            tf_random_seed=hp.seed,
+            save_checkpoints_steps=steps,
+            save_checkpoints_secs=None if steps else hp.save_checkpoints_secs,
+            keep_checkpoint_max=hp.keep_checkpoint_max,
+            log_step_count_steps=hp.log_every_n_steps,
+            save_summary_steps=min(100, hp.log_every_n_steps),
+        )
 
 
 def _training_rank(cluster: cluster_lib.Cluster) -> int:

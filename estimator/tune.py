@@ -26,7 +26,9 @@ from estimator.common import logs  # noqa: E402
 logs.quiet_imports()
 
 from estimator.common import processes  # noqa: E402
+from estimator.networks import family  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402
+from estimator.tuning import trial_flags  # noqa: E402
 
 
 def check_trainer_flags(trainer_flags, job_dir: str):
@@ -103,40 +105,24 @@ def main(argv=None) -> int:
         training_input = spec_lib.load(args.config)
         hp, options = check_trainer_flags(trainer_flags, args.job_dir)
         given_flags = list(trainer_flags)
-        if not hp.validates:
-            # A recipe of a final model trains on the validation split too: the trials train on the
-            # training split alone and report validation accuracy; best.args gives the recipe back.
+        member = family.member(hp.network_choice["member"]) if hp.network_choice else None
+        source = "--recipe %s" % hp.recipe if hp.recipe else "the flags given"
+        extra, notes = trial_flags.for_trials(hp.train_subsets, source, member)
+        for note in notes:
+            # best.args gives the recipe back with the best trial's parameters, for the final model.
             print(
-                "note: the trials train on the training split alone and report %s on the validation split (%s "
-                "trains on %s); %s gives it back with the best trial's parameters, for the final model."
-                % (
-                    "accuracy",
-                    "--recipe %s" % hp.recipe if hp.recipe else "the flags given",
-                    " and ".join(hp.train_subsets),
-                    os.path.join(args.job_dir, BEST_ARGS),
-                )
+                "note: %s; %s gives it back with the best trial's parameters, for the final model."
+                % (note, os.path.join(args.job_dir, BEST_ARGS))
             )
-            trainer_flags = trainer_flags + ["--train-subsets", "train"]
-            hp, options = check_trainer_flags(trainer_flags, args.job_dir)
-        if hp.network_choice:
-            # Every trial trains the member chosen here for this budget: the study compares parameters,
-            # not networks (best.args keeps --network auto for the final model's own budget).
+        if member is not None:
+            # best.args keeps --network auto, for the final model's own budget.
             print(
                 "note: the trials train %s, the member --network auto chose for this budget on this machine."
-                % (hp.network_choice["member"])
+                % member.name
             )
-            trainer_flags = trainer_flags + [
-                "--network",
-                "airbench",
-                "--group-depth",
-                str(hp.group_depth),
-                "--width-multiplier",
-                "%g" % hp.width_multiplier,
-                "--crop-padding",
-                str(hp.crop_padding),
-                "--cutout",
-                str(hp.cutout),
-            ]
+        if extra:
+            trainer_flags = trainer_flags + extra
+            hp, options = check_trainer_flags(trainer_flags, args.job_dir)
         study_spec = spec_lib.study_spec(training_input, options)
     except spec_lib.SpecError as e:
         print("error: %s" % e, file=sys.stderr)

@@ -1,20 +1,24 @@
-"""Command line: Vertex AI job configs from the YAML files of AI Platform Training.
+"""Command line: Vertex AI job configs from the YAML files of AI Platform Training, and their rehearsal.
 
-    python -m estimator.vertex custom-job --config cmle_config.yaml \\
-        --package-uri gs://B/cifar10-resnet-estimator-0.3.0.tar.gz --output job.yaml \\
-        [--region R] [--image-uri IMAGE] [--base-output-dir gs://B/jobs/J] -- <trainer flags>
-    python -m estimator.vertex hp-tuning-job --config hptuning_config.yaml \\
-        --package-uri ... --output hp.yaml [...] -- <trainer flags>
+    python -m estimator.vertex custom-job --config cmle_config.yaml --image-uri IMAGE \\
+        --base-output-dir gs://B/jobs/J --output job.yaml [--region R] [--spot] ... -- <trainer flags>
+    python -m estimator.vertex hp-tuning-job --config hptuning_config.yaml --image-uri IMAGE \\
+        --base-output-dir gs://B/studies/S --output hp.yaml [...] -- <trainer flags>
+    python -m estimator.vertex local-run job.yaml --image IMAGE=.venv/bin/python \\
+        --map gs://B=work/bucket [--trial 1 --param learning-rate=0.1]
 
-Writes the YAML that ``gcloud ai custom-jobs create --config`` (a ``CustomJobSpec``)
-or ``gcloud ai hp-tuning-jobs create --config`` (a ``HyperparameterTuningJob``)
-takes, then prints the exact gcloud command. AI Platform Training itself was
-shut down on 2025-01-31; its YAML stays the format (``estimator.tuning``).
+Writes the YAML that ``gcloud ai custom-jobs create --config`` (a ``CustomJobSpec``) or ``gcloud ai
+hp-tuning-jobs create --config`` (a ``HyperparameterTuningJob``) takes, then prints the exact gcloud
+command; ``local-run`` runs a written config on this machine as Vertex AI would
+(``estimator.cloud.rehearsal``). AI Platform Training itself was shut down on 2025-01-31; its YAML stays
+the format (``estimator.tuning``). A job that would stop at start-up is refused before it is written.
 """
 
 import argparse
 import os
+import shlex
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # checking trainer flags builds its parser (TensorFlow)
 
@@ -26,82 +30,135 @@ logs.quiet_imports()
 
 from estimator.cloud import vertex_job, vertex_study  # noqa: E402
 from estimator.common import processes  # noqa: E402
-from estimator.training import time_budget  # noqa: E402
+from estimator.common.options import Network  # noqa: E402
+from estimator.networks import family  # noqa: E402
+from estimator.training import recipes, time_budget  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402
+from estimator.tuning import trial_flags  # noqa: E402
+
+KINDS = ("custom-job", "hp-tuning-job")
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    own, trainer_flags = processes.split_argv(argv)
-    parser = argparse.ArgumentParser(prog="python -m estimator.vertex", description=__doc__.split("\n")[0])
-    parser.add_argument("kind", choices=["custom-job", "hp-tuning-job"])
-    parser.add_argument("--config", required=True, help="cmle_config.yaml or hptuning_config.yaml.")
-    parser.add_argument("--package-uri", default=None, help="gs:// URI of the package's sdist.")
-    parser.add_argument(
-        "--image-uri",
-        default=None,
-        help="A container of your own with the package installed (instead of the prebuilt image).",
-    )
+def _parser(kind: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m estimator.vertex %s" % kind, description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, help="cmle_config.yaml, cpu_config.yaml or hptuning_*.yaml.")
     parser.add_argument("--output", required=True, help="The YAML file to write.")
-    parser.add_argument("--region", default="us-central1")
-    parser.add_argument("--display-name", default="cifar10-resnet")
-    parser.add_argument(
+    software = parser.add_argument_group("what runs (the container, by default)")
+    software.add_argument(
+        "--image-uri", default=None, help="The package's container (Dockerfile), pushed to Artifact Registry."
+    )
+    software.add_argument(
+        "--executor-image-uri",
+        default=None,
+        help="Instead of a container of the package: an image of your own with TensorFlow 2.15 that installs "
+        "--package-uri (Google's prebuilt TensorFlow 2.15 images are gone: refused).",
+    )
+    software.add_argument("--package-uri", default=None, help="gs:// URI of the sdist, with --executor-image-uri.")
+    job = parser.add_argument_group("where it runs and writes")
+    job.add_argument("--region", default=None, help="Default: trainingInput.region, else us-central1.")
+    job.add_argument("--display-name", default="cifar10-resnet")
+    job.add_argument(
         "--base-output-dir",
         default=None,
-        help="gs:// directory for the job's outputs (Vertex AI sets AIP_MODEL_DIR under it).",
+        help="gs:// directory for the job's outputs: Vertex AI sets AIP_CHECKPOINT_DIR (the trainer's job dir), "
+        "AIP_MODEL_DIR and AIP_TENSORBOARD_LOG_DIR under it (per trial: under <trial id>/). Default: "
+        "trainingInput.jobDir. A job needs it, or --job-dir in the trainer flags.",
     )
-    parser.add_argument(
+    job.add_argument("--service-account", default=None, help="The service account the job runs as.")
+    job.add_argument(
+        "--tensorboard",
+        default=None,
+        help="A Vertex AI TensorBoard instance (projects/P/locations/R/tensorboards/ID) that streams the job's "
+        "summaries; needs --service-account.",
+    )
+    job.add_argument("--network", default=None, help="A VPC network peered with Vertex AI (projects/N/global/...).")
+    job.add_argument(
         "--spot",
         action="store_true",
         help="Run on Spot VMs (scheduling strategy SPOT): cheaper, and a VM may be taken back at any time; the "
         "trainer saves a checkpoint on the SIGTERM that comes first and resumes when Vertex AI restarts it.",
     )
-    parser.add_argument(
+    job.add_argument(
         "--restart-job-on-worker-restart",
         action="store_true",
         help="Restart every worker of the job when one restarts (Scheduling.restartJobOnWorkerRestart).",
     )
-    parser.add_argument(
+    job.add_argument(
         "--timeout",
         type=time_budget.duration_flag,
         default=None,
         metavar="DURATION",
         help="The longest the job may run, e.g. 8h or 2h30m (Vertex AI's default: 7 days).",
     )
-    args = parser.parse_args(own)
+    if kind == "hp-tuning-job":
+        parser.add_argument(
+            "--network-member",
+            default=None,
+            choices=[m.name for m in family.MEMBERS],
+            help="With --network auto (the recipes): the member of the family every trial trains. Trials run on "
+            "machines of their own and would each choose by their own timing; a study compares parameters, "
+            "so the member is fixed when the study is written.",
+        )
+    return parser
+
+
+def _trial_flags(trainer_flags, training_input, member_name):
+    """A study's trainer flags for its trials: the training split alone for a recipe of a final model, one
+    member of the family for --network auto (``estimator.tuning.trial_flags``); with the notes to print."""
+    pools = vertex_job.worker_pools(training_input)
+    parsed = vertex_job.parse_trainer_flags(
+        recipes.expand(trainer_flags), vertex_job.job_cluster(pools), int(pools[0][2].get("acceleratorCount", 0))
+    )
+    member = None
+    if parsed.network == Network.AUTO:
+        if not member_name:
+            raise spec_lib.SpecError(
+                "--network auto lets each trial choose its network on its own machine: name the member every "
+                "trial trains with --network-member (%s; docs/cloud.md gives the one for each machine type)."
+                % ", ".join(repr(m.name) for m in family.MEMBERS)
+            )
+        member = family.member(member_name)
+    elif member_name:
+        raise spec_lib.SpecError("--network-member %r goes with --network auto: drop it." % member_name)
+    source = "--recipe %s" % parsed.recipe if getattr(parsed, "recipe", None) else "the flags given"
+    extra, notes = trial_flags.for_trials(parsed.train_subsets, source, member)
+    if member is not None:
+        notes.append("every trial trains %s (--network-member)" % member.name)
+    return trainer_flags + extra, notes
+
+
+def write_config(kind: str, argv) -> int:
+    own, trainer_flags = processes.split_argv(argv)
+    args = _parser(kind).parse_args(own)
     schedule = vertex_job.scheduling(args.spot, args.restart_job_on_worker_restart, args.timeout)
     try:
         training_input = spec_lib.load(args.config)
-        trainer_flags = vertex_job.job_args(trainer_flags, training_input)
-        if args.kind == "custom-job":
-            training_input = {k: v for k, v in training_input.items() if k != "hyperparameters"}
-            config = vertex_job.custom_job_spec(
-                training_input, args.package_uri, trainer_flags, args.base_output_dir, args.image_uri, schedule
-            )
-            command = "gcloud ai custom-jobs create --region %s --display-name %s --config %s" % (
-                args.region,
-                args.display_name,
-                args.output,
-            )
+        options = vertex_job.job_options(
+            training_input,
+            image_uri=args.image_uri,
+            executor_image_uri=args.executor_image_uri,
+            package_uris=[args.package_uri] if args.package_uri else [],
+            base_output_dir=args.base_output_dir,
+            schedule=schedule,
+            service_account=args.service_account,
+            network=args.network,
+            tensorboard=args.tensorboard,
+            region=args.region,
+        )
+        trainer_flags = vertex_job.job_args(trainer_flags, training_input, options.base_output_dir)
+        notes = []
+        if kind == "custom-job":
+            machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}
+            config = vertex_job.custom_job_spec(machines, trainer_flags, options)
         else:
             from estimator.training import flags
 
             study_spec = spec_lib.study_spec(training_input, flags.flag_names())
             machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}
+            trainer_flags, notes = _trial_flags(trainer_flags, machines, args.network_member)
+            trainer_flags = vertex_job.job_args(trainer_flags, machines, options.base_output_dir)
             config = vertex_study.hyperparameter_tuning_job(
-                machines,
-                study_spec,
-                args.package_uri,
-                trainer_flags,
-                args.display_name,
-                args.base_output_dir,
-                args.image_uri,
-                schedule,
-            )
-            command = "gcloud ai hp-tuning-jobs create --region %s --display-name %s --config %s" % (
-                args.region,
-                args.display_name,
-                args.output,
+                machines, study_spec, trainer_flags, args.display_name, options
             )
     except spec_lib.SpecError as e:
         print("error: %s" % e, file=sys.stderr)
@@ -110,18 +167,90 @@ def main(argv=None) -> int:
     with open(temporary, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
     os.replace(temporary, args.output)
-    if not args.image_uri:
+    for note in notes:
+        print("note: %s." % note)
+    command = "gcloud ai %s create --region %s --display-name %s --config %s" % (
+        "custom-jobs" if kind == "custom-job" else "hp-tuning-jobs",
+        options.region,
+        shlex.quote(args.display_name),
+        shlex.quote(args.output),
+    )
+    print("Wrote %s. Submit it with:\n  %s" % (args.output, command))
+    print(
+        "Rehearse it here first: python -m estimator.vertex local-run %s --image IMAGE=PYTHON --map gs://B=DIR"
+        % shlex.quote(args.output)
+    )
+    return 0
+
+
+def _pairs(values, flag: str) -> dict:
+    out = {}
+    for value in values or ():
+        key, sep, target = value.rpartition("=")
+        if not sep or not key or not target:
+            raise spec_lib.SpecError("%s %r must be KEY=VALUE." % (flag, value))
+        out[key] = target
+    return out
+
+
+def local_run(argv) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m estimator.vertex local-run",
+        description="Run a written CustomJobSpec, or one trial of a HyperparameterTuningJob, on this machine as "
+        "Vertex AI would (estimator.cloud.rehearsal).",
+    )
+    parser.add_argument("config", help="The YAML custom-job or hp-tuning-job wrote.")
+    parser.add_argument(
+        "--image", action="append", metavar="URI=PYTHON", help="The Python that stands for an image (repeatable)."
+    )
+    parser.add_argument(
+        "--map", action="append", metavar="gs://B/P=DIR", help="A Cloud Storage prefix's local directory (repeatable)."
+    )
+    parser.add_argument("--trial", default="1", help="A tuning job's trial id (default 1).")
+    parser.add_argument(
+        "--param", action="append", metavar="NAME=VALUE", help="A trial's parameter (default: mid-range)."
+    )
+    parser.add_argument("--work-dir", default=None, help="The rehearsal's own files (default: a new temporary one).")
+    parser.add_argument("--timeout", type=float, default=3600, help="Stop everything after this many seconds.")
+    args = parser.parse_args(argv)
+    from estimator.cloud import rehearsal
+
+    try:
+        with open(args.config) as f:
+            config = yaml.safe_load(f)
+        images, mapping = _pairs(args.image, "--image"), _pairs(args.map, "--map")
+        work_dir = args.work_dir or tempfile.mkdtemp(prefix="vertex-local-run-")
+        result = rehearsal.rehearse(
+            config, images, mapping, work_dir, args.trial, _pairs(args.param, "--param"), timeout=args.timeout
+        )
+    except (OSError, yaml.YAMLError) as e:
+        print("error: %s: %s" % (args.config, e), file=sys.stderr)
+        return 2
+    except spec_lib.SpecError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    for variable, path in sorted(result.outputs.items()):
+        print("%s=%s" % (variable, path))
+    if result.metric:
+        reported = {k: v for k, v in result.metric.items() if k not in ("timestamp", "trial")}
+        print("Reported to Vertex AI: %s" % " ".join("%s=%s" % kv for kv in sorted(reported.items())))
+    else:
+        print("Reported to Vertex AI: nothing (no cloudml-hypertune report from the chief)")
+    print("The chief exited with %d." % result.exit_code)
+    return result.exit_code
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "local-run":
+        return local_run(argv[1:])
+    if not argv or argv[0] not in KINDS:
         print(
-            "note: %s is Google's prebuilt TensorFlow 2.15 image (%s); if it can no longer be pulled, build a "
-            "container of your own and pass --image-uri (docs/cloud.md, Vertex AI)."
-            % (
-                vertex_job.PREBUILT_GPU_IMAGE if "NVIDIA" in str(config) else vertex_job.PREBUILT_CPU_IMAGE,
-                vertex_job.PREBUILT_SUPPORT,
-            ),
+            "usage: python -m estimator.vertex {custom-job,hp-tuning-job,local-run} ... (--help after one of them)",
             file=sys.stderr,
         )
-    print("Wrote %s. Submit it with:\n  %s" % (args.output, command))
-    return 0
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    return write_config(argv[0], argv[1:])
 
 
 if __name__ == "__main__":

@@ -95,8 +95,21 @@ class LocalCluster(object):
     """The processes of one distributed training job on this machine."""
 
     def __init__(
-        self, trainer_args, workers=1, ps=1, evaluator=False, chief_role="master", trial=None, env=None, out=sys.stdout
+        self,
+        trainer_args,
+        workers=1,
+        ps=1,
+        evaluator=False,
+        chief_role="master",
+        trial=None,
+        env=None,
+        out=sys.stdout,
+        commands=None,
+        task_env=None,
     ):
+        """``commands``: {role: argv} for roles that run another command than this interpreter's trainer
+        with ``trainer_args`` (a Vertex AI job's pools each run their own); ``task_env(role, index)``: more
+        environment for one task (Vertex AI's per-replica variables)."""
         if chief_role not in ("master", "chief"):
             raise ValueError("chief_role %r must be master (AI Platform) or chief (Vertex AI)." % chief_role)
         if evaluator and chief_role == "master":
@@ -113,6 +126,8 @@ class LocalCluster(object):
             + [("ps", i) for i in range(ps)]
             + ([("evaluator", 0)] if evaluator else [])
         )
+        self.commands = dict(commands or {})
+        self.task_env = task_env or (lambda role, index: {})
         self.tasks = {}
         self._lock = threading.Lock()
 
@@ -125,8 +140,9 @@ class LocalCluster(object):
     def start_task(self, role: str, index: int) -> Task:
         """Starts (or restarts, as the service does after a failure) one task."""
         env = dict(self.env, TF_CONFIG=cluster_lib.tf_config(self.spec, role, index, self.trial), PYTHONUNBUFFERED="1")
+        env.update(self.task_env(role, index))
         process = subprocess.Popen(
-            processes.trainer_command(self.trainer_args),
+            self.commands.get(role) or processes.trainer_command(self.trainer_args),
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

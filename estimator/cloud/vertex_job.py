@@ -11,19 +11,24 @@ strings. Command line: ``python -m estimator.vertex custom-job``.
 
 from __future__ import annotations
 
+import re
 import shlex
+from dataclasses import dataclass
 
+from estimator.common.cluster import Cluster
 from estimator.common.processes import TRAINER_MODULE as MODULE
 from estimator.training import recipes
 from estimator.tuning import spec as spec_lib
 
-# Google's prebuilt TensorFlow 2.15 training containers (Python 3.10). Google's
-# supported-frameworks list gives 2024-11-14 as their end of patches and support
-# and 2025-11-14 as their end of availability: pass --image-uri with a container
-# of your own (docs/cloud.md, "Vertex AI") if they can no longer be pulled.
-PREBUILT_CPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-15.py310:latest"
-PREBUILT_GPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-15.py310:latest"
-PREBUILT_SUPPORT = "end of support 2024-11-14, end of availability 2025-11-14"
+# Google's prebuilt TensorFlow training containers. Those with tf.estimator (TensorFlow 2.15 and older) are
+# gone: Google's supported-frameworks list gives 2025-11-14 as the end of availability of the last of them
+# (tf-cpu.2-15.py310, tf-gpu.2-15.py310; 2.14 and older earlier), and those of 2.16 and later have no
+# tf.estimator. So a job runs in a container of its own (the Dockerfile) unless the user names an
+# executor image on purpose: a Google one is checked against this, any other is the user's.
+PREBUILT_TF_IMAGE = re.compile(
+    r"^(?:[a-z]+-docker\.pkg\.dev|gcr\.io)/(?:vertex-ai|cloud-aiplatform)/training/(?P<name>[^:@]+)"
+)
+PREBUILT_TF_215_END = "2025-11-14"
 
 # AI Platform's legacy machine types and their Compute Engine equivalents
 # (machine type, accelerator type, accelerator count), from the service's own
@@ -51,10 +56,10 @@ POOLS = (
     ("ps", "parameterServerType", "parameterServerCount", "parameterServerConfig"),
     ("evaluator", "evaluatorType", "evaluatorCount", "evaluatorConfig"),
 )
-KNOWN_FIELDS = {
+# trainingInput's fields, each written into the Vertex AI config or refused (never dropped): machines and the
+# study (above and in vertex_study), and these.
+JOB_FIELDS = (
     "scaleTier",
-    "runtimeVersion",
-    "pythonVersion",
     "region",
     "jobDir",
     "args",
@@ -62,22 +67,157 @@ KNOWN_FIELDS = {
     "pythonModule",
     "hyperparameters",
     "useChiefInTfConfig",
-    "masterType",
-    "masterConfig",
-    "workerType",
-    "workerCount",
-    "workerConfig",
-    "parameterServerType",
-    "parameterServerCount",
-    "parameterServerConfig",
-    "evaluatorType",
-    "evaluatorCount",
-    "evaluatorConfig",
     "scheduling",
     "serviceAccount",
     "network",
-}
+    # Refused with the reason (legacy AI Platform's runtimes; Vertex AI runs the container).
+    "runtimeVersion",
+    "pythonVersion",
+)
+MACHINE_FIELDS = tuple(key for pool in POOLS for key in pool[1:] if key)
 SCALE_TIERS = {"BASIC": "n1-standard-4", "CUSTOM": None}
+# trainingInput.scheduling (ml.v1) to Vertex AI's Scheduling (aiplatform.v1).
+LEGACY_SCHEDULING = {"maxRunningTime": "timeout", "maxWaitTime": "maxWaitDuration"}
+TENSORBOARD_NAME = re.compile(r"^projects/[^/]+/locations/[^/]+/tensorboards/[^/]+$")
+NETWORK_NAME = re.compile(r"^projects/[^/]+/global/networks/[^/]+$")
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What a custom job (or each trial of a tuning job) runs on and writes to, beside its machines."""
+
+    image_uri: str = None  # the container route (the default): an image with the package installed
+    executor_image_uri: str = None  # the package route, named on purpose: this image runs the sdist
+    package_uris: tuple = ()
+    base_output_dir: str = None
+    schedule: dict = None
+    service_account: str = None
+    network: str = None
+    tensorboard: str = None
+    region: str = None
+
+
+def _one(name: str, flag_value, yaml_value, yaml_name: str):
+    """A setting given by a flag, by the YAML, or by both alike; both, different: refused."""
+    if flag_value is not None and yaml_value is not None and flag_value != yaml_value:
+        raise spec_lib.SpecError(
+            "%s %r and trainingInput.%s %r disagree: give one of them." % (name, flag_value, yaml_name, yaml_value)
+        )
+    return flag_value if flag_value is not None else yaml_value
+
+
+def check_executor_image(uri: str) -> None:
+    """A Google prebuilt training image is refused: 2.15 and older are gone, 2.16 and later lack tf.estimator.
+
+    Raises:
+      SpecError: naming the image and the fix.
+    """
+    match = PREBUILT_TF_IMAGE.match(uri)
+    if not match:
+        return  # the user's own image, named on purpose
+    name = match.group("name")
+    version = re.match(r"^tf-(?:cpu|gpu)\.2-(\d+)", name)
+    if version and int(version.group(1)) <= 15:
+        why = (
+            "Google's prebuilt TensorFlow 2.%s image, no longer served (the last with tf.estimator, 2.15, "
+            % (version.group(1))
+            + "reached its end of availability on %s)" % PREBUILT_TF_215_END
+        )
+    elif version:
+        why = "TensorFlow 2.%s, which has no tf.estimator (removed in 2.16)" % version.group(1)
+    else:
+        why = "a prebuilt image without TensorFlow 2.15"
+    raise spec_lib.SpecError(
+        "--executor-image-uri %s is %s: build the package's container (Dockerfile; docs/cloud.md) and pass "
+        "--image-uri, or name an executor image of your own with TensorFlow 2.15." % (uri, why)
+    )
+
+
+def job_options(training_input: dict, **given) -> JobOptions:
+    """The job's software, outputs, identity and schedule from the command's flags (``given``, JobOptions'
+    fields) and trainingInput's own fields, each written or refused.
+
+    Raises:
+      SpecError: naming the field or flag and the fix.
+    """
+    for legacy in ("runtimeVersion", "pythonVersion"):
+        if legacy in training_input:
+            raise spec_lib.SpecError(
+                "trainingInput.%s %r is legacy AI Platform's runtime; on Vertex AI the container decides (the "
+                "Dockerfile: Python 3.10, TensorFlow 2.15.1): remove it." % (legacy, training_input[legacy])
+            )
+    if training_input.get("useChiefInTfConfig", True) is not True:
+        raise spec_lib.SpecError(
+            "trainingInput.useChiefInTfConfig false: Vertex AI always names worker pool 0 'chief' in TF_CONFIG "
+            "(the trainer takes it); remove it."
+        )
+    module = training_input.get("pythonModule", MODULE)
+    if module != MODULE:
+        raise spec_lib.SpecError("trainingInput.pythonModule %r: the trainer is %s." % (module, MODULE))
+    image, executor = given.get("image_uri"), given.get("executor_image_uri")
+    packages = list(given.get("package_uris") or ()) + list(training_input.get("packageUris") or ())
+    if image and (executor or packages):
+        raise spec_lib.SpecError(
+            "--image-uri runs the container's own package: drop %s (they go with --executor-image-uri)."
+            % ("--executor-image-uri" if executor else "--package-uri / trainingInput.packageUris")
+        )
+    if not image and not executor:
+        raise spec_lib.SpecError(
+            "name the container that runs the trainer: --image-uri REGION-docker.pkg.dev/PROJECT/REPO/"
+            "cifar10-estimator:cpu (docs/cloud.md builds and pushes it); Google's prebuilt TensorFlow 2.15 "
+            "images are gone (end of availability %s)." % PREBUILT_TF_215_END
+        )
+    if executor:
+        check_executor_image(executor)
+        bad = [uri for uri in packages if not uri.startswith("gs://")] or ([] if packages else [None])
+        if bad:
+            raise spec_lib.SpecError(
+                "--package-uri %r must be a gs:// URI of the sdist (python setup.py sdist) for "
+                "--executor-image-uri to install." % bad[0]
+            )
+    schedule = dict(given.get("schedule") or {})
+    legacy = dict(training_input.get("scheduling") or {})
+    for key in sorted(set(legacy) - set(LEGACY_SCHEDULING)):
+        raise spec_lib.SpecError(
+            "trainingInput.scheduling.%s has no Vertex AI equivalent (Scheduling takes timeout and "
+            "maxWaitDuration, from maxRunningTime and maxWaitTime): remove it." % key
+        )
+    for key, field in LEGACY_SCHEDULING.items():
+        if key in legacy:
+            schedule[field] = _one(
+                "--timeout" if field == "timeout" else field, schedule.get(field), legacy[key], "scheduling." + key
+            )
+    tensorboard, account = (
+        given.get("tensorboard"),
+        _one("--service-account", given.get("service_account"), training_input.get("serviceAccount"), "serviceAccount"),
+    )
+    if tensorboard and not TENSORBOARD_NAME.match(tensorboard):
+        raise spec_lib.SpecError(
+            "--tensorboard %r must name a Vertex AI TensorBoard instance: "
+            "projects/PROJECT/locations/REGION/tensorboards/ID (gcloud ai tensorboards list)." % tensorboard
+        )
+    if tensorboard and not account:
+        raise spec_lib.SpecError(
+            "--tensorboard needs --service-account: Vertex AI uploads a job's TensorBoard logs as a service "
+            "account of yours with the roles docs/cloud.md names."
+        )
+    network = _one("--network", given.get("network"), training_input.get("network"), "network")
+    if network and not NETWORK_NAME.match(network):
+        raise spec_lib.SpecError(
+            "network %r must be projects/PROJECT_NUMBER/global/networks/NAME (a network peered with Vertex AI)."
+            % network
+        )
+    return JobOptions(
+        image_uri=image,
+        executor_image_uri=executor,
+        package_uris=tuple(packages),
+        base_output_dir=_one("--base-output-dir", given.get("base_output_dir"), training_input.get("jobDir"), "jobDir"),
+        schedule=schedule or None,
+        service_account=account,
+        network=network,
+        tensorboard=tensorboard,
+        region=_one("--region", given.get("region"), training_input.get("region"), "region") or "us-central1",
+    )
 
 
 def _machine_spec(role: str, machine_type: str, config: dict) -> dict:
@@ -101,8 +241,13 @@ def _machine_spec(role: str, machine_type: str, config: dict) -> dict:
 
 
 def worker_pools(training_input: dict):
-    """[(role, replicaCount, machineSpec)] in Vertex AI's pool order."""
-    unknown = sorted(set(training_input) - KNOWN_FIELDS)
+    """[(role, replicaCount, machineSpec)] in Vertex AI's pool order.
+
+    Vertex AI reads the pools by position (chief, workers, parameter servers, evaluators), and gcloud's
+    check of a ``--config`` file refuses an empty pool (every entry needs its pythonPackageSpec or
+    containerSpec): machines that would leave a gap before a later pool are refused.
+    """
+    unknown = sorted(set(training_input) - set(JOB_FIELDS) - set(MACHINE_FIELDS))
     if unknown:
         raise spec_lib.SpecError("trainingInput: unknown field %s." % unknown[0])
     tier = training_input.get("scaleTier", "BASIC" if "masterType" not in training_input else "CUSTOM")
@@ -123,20 +268,24 @@ def worker_pools(training_input: dict):
             raise spec_lib.SpecError("trainingInput.%s is %d but %s is missing." % (count_key, count, type_key))
         if machine_type and count:
             pools.append((role, count, _machine_spec(role, machine_type, training_input.get(config_key))))
+    order = [role for role, _, _, _ in POOLS]
+    present = [order.index(role) for role, _, _ in pools]
+    missing = [order[i] for i in range(max(present)) if i not in present]
+    if missing:
+        raise spec_lib.SpecError(
+            "trainingInput has %s but no %s: Vertex AI reads worker pools by position, and gcloud refuses the "
+            "empty pool that would keep the place; give the %s (e.g. %s: 1), or drop the later pools."
+            % (
+                "parameter servers" if order[max(present)] == "ps" else "an evaluator",
+                " and no ".join("workers" if m == "worker" else "parameter servers" for m in missing),
+                " and ".join("workers" if m == "worker" else "parameter servers" for m in missing),
+                "workerCount" if missing[0] == "worker" else "parameterServerCount",
+            )
+        )
     return pools
 
 
-def job_args(trainer_args, training_input: dict) -> list:
-    """The trainer's flags as the job's container gets them, checked as the trainer will check them there.
-
-    ``@FILE`` arguments are read into the list, and so is a recipe given as a file (neither file travels
-    with the job); a recipe of the package (``--recipe cpu_5min``) is passed on by name, which the
-    container's package resolves. Flags the trainer refuses in a ps/worker cluster, whose workers the
-    chief cannot time, are refused here, before the job is paid for.
-
-    Raises:
-      SpecError: naming the flag, where it came from, and the fix.
-    """
+def _read_flag_files(trainer_args) -> list:
     args = []
     for arg in trainer_args:
         if arg.startswith("@"):
@@ -147,6 +296,73 @@ def job_args(trainer_args, training_input: dict) -> list:
                 raise spec_lib.SpecError("%s: %s (a flag file of the trainer's)." % (arg, e.strerror)) from None
         else:
             args.append(arg)
+    return args
+
+
+def job_cluster(pools, role: str = "chief") -> Cluster:
+    """The ``Cluster`` a replica of ROLE sees in this job (``TF_CONFIG`` as Vertex AI sets it, names only):
+    one machine alone trains as a single process."""
+    counts = {r: n for r, n, _ in pools}
+    if set(counts) == {"master"}:
+        return Cluster()
+    spec = {
+        "chief" if r == "master" else r: ["replica-%d:2222" % i for i in range(n)]
+        for r, n in counts.items()
+        if r != "evaluator"
+    }
+    return Cluster(spec=spec, task_type="chief" if role == "master" else role, task_index=0)
+
+
+def _value(args, flag):
+    """The value of FLAG (``--x v`` or ``--x=v``) in ARGS, the last one winning; None when absent."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def parse_trainer_flags(args, cluster: Cluster, gpus_visible: int):
+    """The trainer's own parsing and checks of ARGS, for a replica in CLUSTER with GPUS_VISIBLE GPUs.
+
+    Raises:
+      SpecError: the trainer's own message.
+    """
+    import contextlib
+    import io
+
+    from estimator.training import flags
+
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            parsed = flags.build_parser().parse_args(list(args))
+    except SystemExit:
+        line = next((x for x in errors.getvalue().splitlines() if "error: " in x), errors.getvalue().strip())
+        raise spec_lib.SpecError("the trainer would refuse its flags: " + line.split("error: ", 1)[-1]) from None
+    try:
+        flags.validate(parsed, cluster, gpus_visible)
+    except ValueError as e:
+        raise spec_lib.SpecError("the trainer would refuse its flags in this job: %s" % e) from None
+    return parsed
+
+
+def job_args(trainer_args, training_input: dict, base_output_dir: str = None) -> list:
+    """The trainer's flags as the job's container gets them, checked as the trainer will check them there.
+
+    trainingInput.args come first; ``@FILE`` arguments are read into the list, and so is a recipe given as
+    a file (neither file travels with the job); a recipe of the package (``--recipe cpu_5min``) is passed on
+    by name, which the container's package resolves. The flags are then parsed and checked by the trainer's
+    own parser as each training replica of this job will (its cluster, its GPUs), so that a job that would
+    stop at start-up is refused before it is paid for; so is a job with no place for its outputs, and
+    directories of this machine, which the job's machines cannot see.
+
+    Raises:
+      SpecError: naming the flag, where it came from, and the fix.
+    """
+    args = _read_flag_files(list(training_input.get("args") or ()) + list(trainer_args))
     try:
         at, recipe = recipes.find(args)
         if at is not None and recipe not in recipes.names():  # a file: its flags go with the job
@@ -154,17 +370,16 @@ def job_args(trainer_args, training_input: dict) -> list:
         seen = recipes.expand(args)  # what the trainer will parse
     except ValueError as e:
         raise spec_lib.SpecError(str(e)) from None
-    cluster = [(count, role) for role, count, _ in worker_pools(training_input) if role in ("worker", "ps")]
+    pools = worker_pools(training_input)
+    cluster = [(count, role) for role, count, _ in pools if role in ("worker", "ps")]
     if cluster:
         where = " from --recipe %s" % recipe if recipe else ""
         refused = [
             ("--time-budget", "plans the steps of one process, and the chief cannot time its workers", "--train-steps"),
             ("--network auto", "chooses the network for a --time-budget", "--network airbench"),
         ]
-        budget = any(a == "--time-budget" or a.startswith("--time-budget=") for a in seen)
-        auto = any(a == "--network=auto" for a in seen) or any(
-            a == "--network" and b == "auto" for a, b in zip(seen, seen[1:])
-        )
+        budget = _value(seen, "--time-budget") is not None
+        auto = _value(seen, "--network") == "auto"
         for (flag, why, instead), given in zip(refused, (budget, auto)):
             if given:
                 raise spec_lib.SpecError(
@@ -172,6 +387,22 @@ def job_args(trainer_args, training_input: dict) -> list:
                     "config with a masterType alone (one machine)."
                     % (flag, where, why, ", ".join("%d %s" % c for c in cluster), instead)
                 )
+    for flag in ("--data-dir", "--job-dir"):
+        value = _value(seen, flag)
+        if value is not None and not value.startswith(("gs://", "/gcs/")):
+            raise spec_lib.SpecError(
+                "%s %s is a directory of this machine, which the job's machines cannot see: give a gs:// path "
+                "(docs/cloud.md uploads the records)." % (flag, value)
+            )
+    if _value(seen, "--job-dir") is None and not base_output_dir:
+        raise spec_lib.SpecError(
+            "this job has no place for its outputs: Vertex AI sets AIP_MODEL_DIR and AIP_CHECKPOINT_DIR only for a "
+            "job with a base output directory: give --base-output-dir gs://BUCKET/jobs/NAME (or --job-dir gs://... "
+            "in the trainer flags)."
+        )
+    for role, _, machine in pools:
+        if role != "ps":
+            parse_trainer_flags(seen, job_cluster(pools, role), int(machine.get("acceleratorCount", 0)))
     return args
 
 
@@ -195,58 +426,41 @@ def scheduling(spot: bool = False, restart_job_on_worker_restart: bool = False, 
     return fields or None
 
 
-def custom_job_spec(
-    training_input: dict,
-    package_uri: str,
-    trainer_args,
-    base_output_dir: str = None,
-    image_uri: str = None,
-    schedule: dict = None,
-) -> dict:
+def custom_job_spec(training_input: dict, trainer_args, options: JobOptions) -> dict:
     """A ``CustomJobSpec`` for ``gcloud ai custom-jobs create --config``.
 
     Args:
       training_input: the ``trainingInput`` mapping of cmle_config.yaml (or hptuning_config.yaml).
-      package_uri: the sdist on Cloud Storage (gs://...), for the prebuilt container.
-      trainer_args: the trainer's flags.
-      base_output_dir: gs:// directory; Vertex AI sets AIP_MODEL_DIR (and per trial dirs) under it.
-      image_uri: a container of your own with the package installed: then a containerSpec
-        running ``python -m estimator.cifar10_main`` instead of the prebuilt image.
-      schedule: ``scheduling(...)``: Spot VMs, restarts, timeout.
+      trainer_args: the trainer's flags (``job_args``).
+      options: ``job_options``: the container (or executor image and sdist), outputs, schedule, identity.
     """
-    pools = worker_pools(training_input)
-    gpus = any(m.get("acceleratorCount") for _, _, m in pools)
     specs = []
-    by_role = {role: (count, machine) for role, count, machine in pools}
-    order = [role for role, _, _, _ in POOLS]
-    for role in order[: 1 + max(order.index(role) for role in by_role)]:
-        if role not in by_role:
-            specs.append({})  # Vertex AI reads pools by position: an empty one keeps the places
-            continue
-        count, machine = by_role[role]
+    for _, count, machine in worker_pools(training_input):
         pool = {"machineSpec": machine, "replicaCount": str(count)}
-        if image_uri:
+        if options.image_uri:
             pool["containerSpec"] = {
-                "imageUri": image_uri,
+                "imageUri": options.image_uri,
                 "command": ["python", "-m", MODULE],
                 "args": list(trainer_args),
             }
         else:
-            if not package_uri or not package_uri.startswith("gs://"):
-                raise spec_lib.SpecError(
-                    "--package-uri %r must be a gs:// URI of the sdist (python setup.py sdist), "
-                    "or pass --image-uri for a container of your own." % package_uri
-                )
             pool["pythonPackageSpec"] = {
-                "executorImageUri": PREBUILT_GPU_IMAGE if gpus else PREBUILT_CPU_IMAGE,
-                "packageUris": [package_uri],
+                "executorImageUri": options.executor_image_uri,
+                "packageUris": list(options.package_uris),
                 "pythonModule": MODULE,
                 "args": list(trainer_args),
             }
         specs.append(pool)
     job = {"workerPoolSpecs": specs}
-    if base_output_dir:
-        job["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
-    if schedule:
-        job["scheduling"] = dict(schedule)
+    if options.base_output_dir:
+        job["baseOutputDirectory"] = {"outputUriPrefix": options.base_output_dir}
+    if options.schedule:
+        job["scheduling"] = dict(options.schedule)
+    for key, value in (
+        ("serviceAccount", options.service_account),
+        ("network", options.network),
+        ("tensorboard", options.tensorboard),
+    ):
+        if value:
+            job[key] = value
     return job

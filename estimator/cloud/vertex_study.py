@@ -8,7 +8,7 @@ discovery document. Command line: ``python -m estimator.vertex hp-tuning-job``.
 
 from __future__ import annotations
 
-from estimator.cloud.vertex_job import custom_job_spec
+from estimator.cloud.vertex_job import JobOptions, custom_job_spec
 from estimator.tuning import spec as spec_lib
 
 
@@ -28,17 +28,11 @@ def _parameter_spec(p: spec_lib.Param) -> dict:
 
 
 def hyperparameter_tuning_job(
-    training_input: dict,
-    study_spec: spec_lib.StudySpec,
-    package_uri: str,
-    trainer_args,
-    display_name: str,
-    base_output_dir: str = None,
-    image_uri: str = None,
-    schedule: dict = None,
+    training_input: dict, study_spec: spec_lib.StudySpec, trainer_args, display_name: str, options: JobOptions
 ) -> dict:
     """A ``HyperparameterTuningJob`` for ``gcloud ai hp-tuning-jobs create --config``; each trial runs
-    the custom job of ``vertex_job.custom_job_spec`` (``schedule``: Spot VMs and the like, per trial)."""
+    the custom job of ``vertex_job.custom_job_spec`` (``options``: its container, outputs, Spot VMs ...:
+    each trial writes under ``baseOutputDirectory/<trial id>/``)."""
     study = {
         "metrics": [{"metricId": study_spec.metric, "goal": study_spec.goal}],
         "parameters": [_parameter_spec(p) for p in study_spec.params],
@@ -52,7 +46,5 @@ def hyperparameter_tuning_job(
         "maxTrialCount": study_spec.max_trials,
         "parallelTrialCount": study_spec.max_parallel_trials,
         "maxFailedTrialCount": study_spec.max_failed_trials if study_spec.max_failed_trials_given else 0,
-        "trialJobSpec": custom_job_spec(
-            training_input, package_uri, trainer_args, base_output_dir, image_uri, schedule
-        ),
+        "trialJobSpec": custom_job_spec(training_input, trainer_args, options),
     }

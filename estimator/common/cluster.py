@@ -14,6 +14,7 @@ message instead of a stack trace deep inside ``RunConfig``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -58,11 +59,13 @@ class Cluster:
         return self.task_type == "worker" and self.task_index == 0 and not has_chief
 
 
-def parse(text, trial=None) -> Cluster:
+def parse(text, trial=None, alone=True) -> Cluster:
     """Parses a TF_CONFIG value (None or empty: local training).
 
     ``trial``: ``CLOUD_ML_TRIAL_ID`` (AI Platform's tuning trial), used when
-    ``task.trial`` does not name one.
+    ``task.trial`` does not name one. ``alone``: no task outside TF_CONFIG's
+    cluster (an evaluator is never listed there): a cluster of this one
+    training task is then a single local process.
 
     Raises:
       ClusterConfigError: naming what is wrong and what a valid value looks like.
@@ -128,13 +131,43 @@ def parse(text, trial=None) -> Cluster:
         )
     if not any(spec.get(role) for role in TRAINING_ROLES):
         raise ClusterConfigError("TF_CONFIG cluster has no master, chief or worker to train.")
-    return Cluster(spec=spec, task_type=task_type, task_index=index, trial=str(trial) if trial else None)
+    trial = str(trial) if trial else None
+    if alone and task_type != "evaluator" and sum(len(a) for a in spec.values()) == 1:
+        # Vertex AI gives a job of one machine TF_CONFIG {"cluster": {"chief": [itself]}, "task": {"type":
+        # "chief"}} (AI Platform: "master"): one process, which trains, evaluates and plans a budget alone.
+        return Cluster(trial=trial)
+    return Cluster(spec=spec, task_type=task_type, task_index=index, trial=trial)
 
 
 def from_environment(environ=None) -> Cluster:
     """``TF_CONFIG`` and ``CLOUD_ML_TRIAL_ID`` of ``environ`` (default ``os.environ``)."""
     environ = os.environ if environ is None else environ
-    return parse(environ.get("TF_CONFIG"), environ.get("CLOUD_ML_TRIAL_ID"))
+    return parse(environ.get("TF_CONFIG"), environ.get("CLOUD_ML_TRIAL_ID"), alone=_alone(environ.get("CLUSTER_SPEC")))
+
+
+def _alone(cluster_spec) -> bool:
+    """Whether Vertex AI's ``CLUSTER_SPEC`` (pools ``workerpool0``..``3``, an evaluator's pool too) lists one
+    replica in all; True without it (TF_CONFIG is then all there is to know)."""
+    try:
+        pools = (json.loads(cluster_spec) or {}).get("cluster") or {} if cluster_spec else {}
+        return sum(len(replicas) for replicas in pools.values()) <= 1
+    except (ValueError, AttributeError, TypeError):
+        return True
+
+
+@contextlib.contextmanager
+def hidden_from_estimator(cluster: Cluster):
+    """While the Estimator's ``RunConfig`` is built: no TF_CONFIG when it describes this one process alone
+    (``parse``), which would otherwise start a gRPC server and train as a chief with nobody to evaluate."""
+    saved = os.environ.get("TF_CONFIG")
+    if cluster.distributed or saved is None:
+        yield
+        return
+    del os.environ["TF_CONFIG"]
+    try:
+        yield
+    finally:
+        os.environ["TF_CONFIG"] = saved
 
 
 def tf_config(spec: dict, task_type: str, index: int, trial=None) -> str:

@@ -1,0 +1,210 @@
+"""A dress rehearsal of a Vertex AI job on this machine: ``python -m estimator.vertex local-run JOB.yaml``.
+
+Runs the ``CustomJobSpec`` (or one trial of the ``HyperparameterTuningJob``) that ``estimator.vertex``
+wrote, as Vertex AI runs it: each worker pool's replicas as processes on 127.0.0.1 (``LocalCluster``), each
+with its pool's command and arguments as written, a tuning trial's parameters appended as ``--name=value``,
+and the environment Vertex AI documents: ``TF_CONFIG`` (worker pool 0 named ``chief``, even alone),
+``CLUSTER_SPEC`` (pools ``workerpool0``..``3``), ``CLOUD_ML_TRIAL_ID``, and ``AIP_MODEL_DIR``,
+``AIP_CHECKPOINT_DIR``, ``AIP_TENSORBOARD_LOG_DIR`` under ``baseOutputDirectory`` (``<trial id>/`` in a
+trial). What cannot run here is mapped with explicit flags: the image to the Python that stands for its
+``python`` (``--image URI=PYTHON``), and ``gs://`` paths to local directories (``--map gs://B/P=DIR``;
+TensorFlow's own Cloud Storage client, which the Estimator uses, cannot be pointed at an emulator). A job
+that gcloud or Vertex AI would refuse is refused here first. The result: the exit code of the chief and
+the metric its trainer reported through cloudml-hypertune.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+
+from estimator.cloud.local_cluster import ClusterError, LocalCluster
+from estimator.tuning import spec as spec_lib
+
+# Worker pools by position, as Vertex AI reads them; the names TF_CONFIG and CLUSTER_SPEC give them.
+POOL_ROLES = ("chief", "worker", "ps", "evaluator")
+METRIC_FILE = "output.metrics"
+
+
+@dataclass
+class Rehearsal:
+    """What a rehearsal ran and what its chief reported."""
+
+    exit_code: int
+    trial: str
+    outputs: dict  # AIP_* variable -> the local directory it pointed to
+    metric: dict  # the chief's last cloudml-hypertune report ({} if none)
+    log: str  # the chief's output
+
+
+def check_pools(pools) -> None:
+    """gcloud's and Vertex AI's own checks of ``workerPoolSpecs``.
+
+    Raises:
+      SpecError: naming the pool and what is wrong.
+    """
+    if not isinstance(pools, list) or not pools:
+        raise spec_lib.SpecError("workerPoolSpecs must list at least worker pool 0 (the chief).")
+    if len(pools) > len(POOL_ROLES):
+        raise spec_lib.SpecError("workerPoolSpecs has %d pools: Vertex AI reads at most 4." % len(pools))
+    for i, pool in enumerate(pools):
+        software = [k for k in ("pythonPackageSpec", "containerSpec") if k in (pool or {})]
+        if len(software) != 1:
+            # gcloud: command_lib/ai/custom_jobs/validation.py (_ValidateWorkerPoolSpecsFromConfig).
+            raise spec_lib.SpecError(
+                "workerPoolSpecs[%d] needs exactly one of pythonPackageSpec and containerSpec (gcloud refuses %s)."
+                % (i, "an empty pool in a --config file" if not software else "both")
+            )
+        if not (pool.get("machineSpec") or {}).get("machineType"):
+            raise spec_lib.SpecError("workerPoolSpecs[%d].machineSpec.machineType is required." % i)
+        if int(pool.get("replicaCount", 1)) < 1:
+            raise spec_lib.SpecError("workerPoolSpecs[%d].replicaCount must be at least 1." % i)
+    if int(pools[0].get("replicaCount", 1)) != 1:
+        raise spec_lib.SpecError("workerPoolSpecs[0] is the chief: its replicaCount must be 1.")
+
+
+def default_parameters(study: dict) -> dict:
+    """A trial's parameters when none are given: the middle of each range (geometric on a log scale), the
+    first of each list, as strings the way Vertex AI passes them."""
+    values = {}
+    for p in study.get("parameters", []):
+        if "doubleValueSpec" in p or "integerValueSpec" in p:
+            spec = p.get("doubleValueSpec") or p["integerValueSpec"]
+            lo, hi = float(spec["minValue"]), float(spec["maxValue"])
+            log = p.get("scaleType") in ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
+            value = math.sqrt(lo * hi) if log else (lo + hi) / 2
+            values[p["parameterId"]] = str(int(round(value))) if "integerValueSpec" in p else "%.6g" % value
+        else:
+            spec = p.get("discreteValueSpec") or p["categoricalValueSpec"]
+            values[p["parameterId"]] = str(spec["values"][0])
+    return values
+
+
+def _mapped(value: str, mapping: dict) -> str:
+    """VALUE with a mapped gs:// prefix replaced by its local directory (the longest prefix wins).
+
+    Raises:
+      SpecError: a gs:// path that no --map covers.
+    """
+    if "gs://" not in value:
+        return value
+    head, _, uri = value.partition("gs://")
+    uri = "gs://" + uri
+    for prefix in sorted(mapping, key=len, reverse=True):
+        if uri == prefix or uri.startswith(prefix.rstrip("/") + "/"):
+            return head + mapping[prefix].rstrip("/") + uri[len(prefix.rstrip("/")) :]
+    raise spec_lib.SpecError(
+        "%s is on Cloud Storage: map it to a directory of this machine with --map %s=DIR (TensorFlow's own gs:// "
+        "client cannot be pointed at an emulator)." % (uri, "/".join(uri.split("/")[:3]))
+    )
+
+
+def _command(pool: dict, images: dict, mapping: dict, trial_args) -> list:
+    """A replica's command line as Vertex AI runs it, with the image's ``python`` standing for the image."""
+    if "containerSpec" in pool:
+        spec, image = pool["containerSpec"], pool["containerSpec"]["imageUri"]
+        command = list(spec.get("command") or [])
+        if not command:
+            raise spec_lib.SpecError(
+                "containerSpec of %s has no command: the image's ENTRYPOINT would run; write the command." % image
+            )
+    else:
+        spec, image = pool["pythonPackageSpec"], pool["pythonPackageSpec"]["executorImageUri"]
+        command = ["python", "-m", spec["pythonModule"]]
+    if image not in images:
+        raise spec_lib.SpecError(
+            "the image %s is not mapped: name the Python that stands for it here with --image %s=PYTHON (an "
+            "environment with the package installed, e.g. .venv/bin/python)." % (image, image)
+        )
+    if command[0] == "python":
+        command[0] = images[image]
+    return command + [_mapped(a, mapping) for a in list(spec.get("args") or []) + list(trial_args)]
+
+
+def rehearse(
+    config: dict,
+    images: dict,
+    mapping: dict,
+    work_dir: str,
+    trial: str = "1",
+    parameters=None,
+    out=sys.stdout,
+    timeout: float = 3600,
+) -> Rehearsal:
+    """Runs the job (or one trial of the tuning job) CONFIG as Vertex AI would; see the module's docstring.
+
+    Args:
+      config: a CustomJobSpec, or a HyperparameterTuningJob (its trialJobSpec runs, as trial TRIAL).
+      images: image URI -> the Python standing for it.
+      mapping: gs:// prefix -> local directory.
+      work_dir: the rehearsal's own files (each replica's hypertune metrics).
+      parameters: a trial's {parameterId: value}; default ``default_parameters``.
+
+    Raises:
+      SpecError: what gcloud or Vertex AI would refuse, or what is not mapped.
+    """
+    tuning = "trialJobSpec" in config
+    job = config["trialJobSpec"] if tuning else config
+    pools = job.get("workerPoolSpecs")
+    check_pools(pools)
+    trial_args, trial_id = [], None
+    if tuning:
+        trial_id = str(trial)
+        values = dict(default_parameters(config["studySpec"]), **(parameters or {}))
+        known = {p["parameterId"] for p in config["studySpec"].get("parameters", [])}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise spec_lib.SpecError("--param %s: the study has no such parameter (%s)." % (unknown[0], sorted(known)))
+        trial_args = ["--%s=%s" % kv for kv in values.items()]
+    commands = {POOL_ROLES[i]: _command(pool, images, mapping, trial_args) for i, pool in enumerate(pools)}
+    counts = {POOL_ROLES[i]: int(pool.get("replicaCount", 1)) for i, pool in enumerate(pools)}
+    outputs = {}
+    base = (job.get("baseOutputDirectory") or {}).get("outputUriPrefix")
+    if base:
+        root = _mapped(base, mapping).rstrip("/") + ("/" + trial_id if trial_id else "")
+        outputs = {
+            "AIP_MODEL_DIR": root + "/model/",
+            "AIP_CHECKPOINT_DIR": root + "/checkpoints/",
+            "AIP_TENSORBOARD_LOG_DIR": root + "/logs/",
+        }
+    cluster = LocalCluster(
+        [],
+        workers=counts.get("worker", 0),
+        ps=counts.get("ps", 0),
+        evaluator="evaluator" in counts,
+        chief_role="chief",
+        trial=trial_id,
+        out=out,
+        commands=commands,
+    )
+    names = dict(zip(POOL_ROLES, ("workerpool0", "workerpool1", "workerpool2", "workerpool3")))
+    spec = {names[role]: addresses for role, addresses in cluster.spec.items()}
+    if "evaluator" in counts:
+        spec["workerpool3"] = ["127.0.0.1:0"]  # listed in CLUSTER_SPEC (not in TF_CONFIG); it serves nothing
+
+    def task_env(role, index):
+        env = dict(outputs, CLUSTER_SPEC=json.dumps({"cluster": spec, "task": {"type": names[role], "index": index}}))
+        env["CLOUD_ML_HP_METRIC_FILE"] = os.path.join(work_dir, "%s-%d" % (role, index), METRIC_FILE)
+        if trial_id:
+            env["CLOUD_ML_TRIAL_ID"] = trial_id
+        return env
+
+    cluster.task_env = task_env
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith("AIP_") and k not in ("TF_CONFIG", "CLUSTER_SPEC")
+    }
+    cluster.env = dict(environ, PYTHONUNBUFFERED="1")
+    cluster.env.pop("CLOUD_ML_TRIAL_ID", None)
+    os.makedirs(work_dir, exist_ok=True)
+    cluster.start()
+    try:
+        code = cluster.wait(timeout=timeout)
+    except ClusterError as e:
+        print("error: %s" % e, file=sys.stderr, flush=True)
+        code = cluster.task("chief").process.returncode or 1
+    metrics = os.path.join(work_dir, "chief-0", METRIC_FILE)
+    lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
+    return Rehearsal(code, trial_id, outputs, json.loads(lines[-1]) if lines else {}, cluster.task("chief").log())
