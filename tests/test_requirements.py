@@ -180,5 +180,7 @@ def test_the_container_installs_the_pins_and_runs_the_trainer_as_the_job_configs
     assert "pip install --no-cache-dir -r /tmp/requirements.txt" in text and "COPY requirements.txt ." in text
     assert "COPY setup.py MANIFEST.in" in text and "pip install --no-cache-dir --no-deps ." in text
     entrypoint = json.loads(re.search(r"^ENTRYPOINT (.+)$", text, re.M).group(1))
-    job = vertex_job.custom_job_spec({"scaleTier": "BASIC"}, None, ["--data-dir=gs://b/d"], None, "image:1")
+    job = vertex_job.custom_job_spec(
+        {"scaleTier": "BASIC"}, ["--data-dir=gs://b/d"], vertex_job.JobOptions(image_uri="i:1")
+    )
     assert entrypoint == job["workerPoolSpecs"][0]["containerSpec"]["command"]

@@ -7,12 +7,15 @@ import pytest
 import yaml
 
 from estimator import vertex as vertex_cli
-from estimator.cloud import vertex_job
+from estimator.cloud import rehearsal
+from estimator.networks import family
 from estimator.tuning import spec as spec_lib
 from tests.helpers import AIPLATFORM_SCHEMAS, REPO, check
 
 PACKAGE = "gs://bucket/packages/cifar10-resnet-estimator-0.3.0.tar.gz"
-TRAINER = ["--data-dir=gs://bucket/cifar-10-data", "--num-gpus=2", "--variable-strategy=GPU"]
+IMAGE = "us-central1-docker.pkg.dev/p/r/cifar10-estimator:gpu"
+TRAINER = ["--data-dir=gs://bucket/cifar-10-data", "--num-gpus=2", "--variable-strategy=GPU", "--train-steps=100"]
+OUT = ["--image-uri", IMAGE, "--base-output-dir", "gs://bucket/jobs/j1"]
 
 
 def generate(tmp_path, *argv):
@@ -20,26 +23,19 @@ def generate(tmp_path, *argv):
     argv = list(argv)
     at = argv.index("--") if "--" in argv else len(argv)
     code = vertex_cli.main(argv[:at] + ["--output", out] + argv[at:])
-    return code, (yaml.safe_load(open(out)) if code == 0 else None)
+    config = yaml.safe_load(open(out)) if code == 0 else None
+    if config is not None:  # what gcloud's own check of a --config file asks of every pool
+        job = config.get("trialJobSpec", config)
+        rehearsal.check_pools(job["workerPoolSpecs"])
+    return code, config
 
 
 def schema_errors(value, name):
     return check(value, {"$ref": name}, name, schemas=AIPLATFORM_SCHEMAS)
 
 
-def test_custom_job_from_cmle_config(tmp_path, capsys):
-    code, job = generate(
-        tmp_path,
-        "custom-job",
-        "--config",
-        REPO + "/cmle_config.yaml",
-        "--package-uri",
-        PACKAGE,
-        "--base-output-dir",
-        "gs://bucket/jobs/j1",
-        "--",
-        *TRAINER,
-    )
+def test_custom_job_from_cmle_config_runs_the_packages_container(tmp_path, capsys):
+    code, job = generate(tmp_path, "custom-job", "--config", REPO + "/cmle_config.yaml", *OUT, "--", *TRAINER)
     assert code == 0
     assert schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
     chief, workers, ps = job["workerPoolSpecs"]
@@ -50,48 +46,125 @@ def test_custom_job_from_cmle_config(tmp_path, capsys):
     }
     assert (chief["replicaCount"], workers["replicaCount"], ps["replicaCount"]) == ("1", "2", "1")
     assert ps["machineSpec"] == {"machineType": "n1-highmem-8"}
-    package = chief["pythonPackageSpec"]
-    assert package == {
-        "executorImageUri": vertex_job.PREBUILT_GPU_IMAGE,
-        "packageUris": [PACKAGE],
-        "pythonModule": "estimator.cifar10_main",
-        "args": TRAINER,
-    }
+    for pool in (chief, workers, ps):
+        assert pool["containerSpec"] == {
+            "imageUri": IMAGE,
+            "command": ["python", "-m", "estimator.cifar10_main"],
+            "args": TRAINER,
+        }
     assert job["baseOutputDirectory"] == {"outputUriPrefix": "gs://bucket/jobs/j1"}
     out = capsys.readouterr()
     assert "gcloud ai custom-jobs create --region us-central1 --display-name cifar10-resnet --config" in out.out
-    assert "2025-11-14" in out.err  # the prebuilt image's end of availability is said
+    assert "python -m estimator.vertex local-run" in out.out and out.err == ""
 
 
-def test_custom_container_and_an_empty_pool_for_missing_workers(tmp_path):
-    config = tmp_path / "c.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "trainingInput": {
-                    "scaleTier": "CUSTOM",
-                    "masterType": "n1-standard-8",
-                    "parameterServerType": "n1-highmem-8",
-                    "parameterServerCount": 1,
-                }
-            }
-        )
-    )
-    code, job = generate(
-        tmp_path,
-        "custom-job",
-        "--config",
-        str(config),
-        *"--image-uri us-docker.pkg.dev/p/r/t:1 -- --data-dir=gs://b/d".split(),
-    )
+def test_the_package_route_is_taken_only_with_an_executor_image_named_on_purpose(tmp_path, capsys):
+    own = "europe-docker.pkg.dev/p/r/tf215-executor:1"
+    trainer = ["--data-dir=gs://b/d", "--job-dir=gs://b/j", "--num-gpus=1", "--train-steps=10"]
+    args = ["custom-job", "--config", REPO + "/hptuning_config.yaml", "--package-uri", PACKAGE]
+    code, job = generate(tmp_path, *args, "--executor-image-uri", own, "--", *trainer)
     assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
-    chief, skipped, ps = job["workerPoolSpecs"]
-    assert skipped == {} and ps["replicaCount"] == "1"
-    assert chief["containerSpec"] == {
-        "imageUri": "us-docker.pkg.dev/p/r/t:1",
-        "command": ["python", "-m", "estimator.cifar10_main"],
-        "args": ["--data-dir=gs://b/d"],
+    assert job["workerPoolSpecs"][0]["pythonPackageSpec"] == {
+        "executorImageUri": own,
+        "packageUris": [PACKAGE],
+        "pythonModule": "estimator.cifar10_main",
+        "args": trainer,
     }
+    capsys.readouterr()
+    for image, why in [
+        ("us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-15.py310:latest", "end of availability on 2025-11-14"),
+        ("europe-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest", "TensorFlow 2.17, which has no tf.est"),
+    ]:
+        code, _ = generate(tmp_path, *args, "--executor-image-uri", image, "--", *trainer)
+        assert code == 2 and why in capsys.readouterr().err
+    # Neither a container nor an executor image: the container is asked for, Google's images are said gone.
+    code, _ = generate(tmp_path, *args, "--", *trainer)
+    assert code == 2 and capsys.readouterr().err.startswith("error: name the container that runs the trainer")
+
+
+def test_gaps_between_pools_are_refused_as_gcloud_refuses_empty_pools(tmp_path, capsys):
+    for machines, missing in [
+        ({"parameterServerType": "n1-highmem-8", "parameterServerCount": 1}, "has parameter servers but no workers"),
+        ({"evaluatorType": "n1-standard-8", "evaluatorCount": 1}, "has an evaluator but no workers and no parameter"),
+    ]:
+        config = tmp_path / "c.yaml"
+        config.write_text(
+            yaml.safe_dump({"trainingInput": dict({"scaleTier": "CUSTOM", "masterType": "n1-standard-8"}, **machines)})
+        )
+        code, _ = generate(tmp_path, "custom-job", "--config", str(config), *OUT, "--", "--data-dir=gs://b/d")
+        assert code == 2 and missing in capsys.readouterr().err
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def test_every_field_of_the_yaml_is_written_or_refused(tmp_path, capsys):
+    fields = {
+        "scaleTier": "CUSTOM",
+        "masterType": "n1-standard-8",
+        "region": "europe-west4",
+        "jobDir": "gs://b/jobs/from-yaml",
+        "args": ["--train-steps", "50"],
+        "serviceAccount": "trainer@p.iam.gserviceaccount.com",
+        "network": "projects/123/global/networks/vpc",
+        "scheduling": {"maxRunningTime": "7200s", "maxWaitTime": "600s"},
+        "useChiefInTfConfig": True,
+        "pythonModule": "estimator.cifar10_main",
+    }
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"trainingInput": fields}))
+    tensorboard = "projects/p/locations/europe-west4/tensorboards/42"
+    image = ["--image-uri", IMAGE, "--tensorboard", tensorboard]
+    cpu = ["--data-dir=gs://b/d", "--num-gpus=0"]
+    code, job = generate(tmp_path, "custom-job", "--config", str(config), *image, "--", *cpu)
+    assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
+    assert job["workerPoolSpecs"][0]["containerSpec"]["args"] == ["--train-steps", "50"] + cpu
+    assert job["baseOutputDirectory"] == {"outputUriPrefix": "gs://b/jobs/from-yaml"}
+    assert (job["serviceAccount"], job["network"], job["tensorboard"]) == (
+        fields["serviceAccount"],
+        fields["network"],
+        tensorboard,
+    )
+    assert job["scheduling"] == {"timeout": "7200s", "maxWaitDuration": "600s"}
+    assert "--region europe-west4" in capsys.readouterr().out
+    refusals = [
+        ({"runtimeVersion": "2.11"}, "runtimeVersion '2.11' is legacy AI Platform's runtime"),
+        ({"pythonVersion": "3.7"}, "pythonVersion '3.7' is legacy"),
+        ({"scheduling": {"priority": 3}}, "scheduling.priority has no Vertex AI equivalent"),
+        ({"useChiefInTfConfig": False}, "always names worker pool 0 'chief'"),
+        ({"pythonModule": "trainer.task"}, "pythonModule 'trainer.task': the trainer is estimator.cifar10_main"),
+        ({"packageUris": [PACKAGE]}, "--image-uri runs the container's own package"),
+        ({"network": "vpc"}, "must be projects/PROJECT_NUMBER/global/networks/NAME"),
+    ]
+    for change, message in refusals:
+        config.write_text(yaml.safe_dump({"trainingInput": dict(fields, **change)}))
+        code, _ = generate(tmp_path, "custom-job", "--config", str(config), *image, "--", *cpu)
+        assert code == 2 and message in capsys.readouterr().err, change
+    config.write_text(yaml.safe_dump({"trainingInput": fields}))
+    for flags, message in [
+        (["--region", "us-central1"], "--region 'us-central1' and trainingInput.region 'europe-west4' disagree"),
+        (["--tensorboard", "tb-42"], "must name a Vertex AI TensorBoard instance"),
+        (["--service-account", "other@p.iam.gserviceaccount.com"], "disagree: give one of them"),
+    ]:
+        code, _ = generate(tmp_path, "custom-job", "--config", str(config), "--image-uri", IMAGE, *flags)
+        assert code == 2 and message in capsys.readouterr().err, flags
+    del fields["serviceAccount"]
+    config.write_text(yaml.safe_dump({"trainingInput": fields}))
+    code, _ = generate(tmp_path, "custom-job", "--config", str(config), *image, "--", *cpu)
+    assert code == 2 and "--tensorboard needs --service-account" in capsys.readouterr().err
+
+
+def test_a_job_that_would_stop_at_start_up_is_refused_before_it_is_written(tmp_path, capsys):
+    one = _one_machine(tmp_path)
+    for flags, trainer, message in [
+        (["--image-uri", IMAGE], ["--data-dir=gs://b/d"], "this job has no place for its outputs"),
+        (OUT, ["--data-dir", "work/cifar-10-data"], "--data-dir work/cifar-10-data is a directory of this machine"),
+        (OUT, ["--data-dir=gs://b/d", "--num-gpus=1"], "--num-gpus 1 but 0 GPU(s) are visible"),
+        (OUT, ["--data-dir=gs://b/d", "--train-batch-size=0"], "--train-batch-size 0 must be positive"),
+        (OUT, ["--num-layers=20"], "the following arguments are required: --data-dir"),
+        (OUT, ["--data-dir=gs://b/d", "--num-gpus=0", "--sync"], "--sync synchronises workers of a distributed job"),
+    ]:
+        code, _ = generate(tmp_path, "custom-job", "--config", one, *flags, "--", *trainer)
+        assert code == 2 and message in capsys.readouterr().err, trainer
+        assert not (tmp_path / "out.yaml").exists()
 
 
 def test_hp_tuning_job_from_hptuning_config(tmp_path):
@@ -100,8 +173,7 @@ def test_hp_tuning_job_from_hptuning_config(tmp_path):
         "hp-tuning-job",
         "--config",
         REPO + "/hptuning_config.yaml",
-        "--package-uri",
-        PACKAGE,
+        *OUT,
         "--",
         "--data-dir=gs://b/d",
         "--num-gpus=1",
@@ -119,10 +191,8 @@ def test_hp_tuning_job_from_hptuning_config(tmp_path):
     }
     assert momentum["scaleType"] == "UNIT_REVERSE_LOG_SCALE"
     assert (job["maxTrialCount"], job["parallelTrialCount"], job["maxFailedTrialCount"]) == (24, 4, 4)
-    assert (
-        job["trialJobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["executorImageUri"]
-        == vertex_job.PREBUILT_GPU_IMAGE
-    )
+    assert job["trialJobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == IMAGE
+    assert job["trialJobSpec"]["baseOutputDirectory"] == {"outputUriPrefix": "gs://bucket/jobs/j1"}
 
 
 def test_every_parameter_type_maps_to_its_value_spec(tmp_path):
@@ -151,7 +221,9 @@ def test_every_parameter_type_maps_to_its_value_spec(tmp_path):
             }
         )
     )
-    code, job = generate(tmp_path, "hp-tuning-job", "--config", str(config), "--package-uri", PACKAGE)
+    code, job = generate(
+        tmp_path, "hp-tuning-job", "--config", str(config), *OUT, "--", "--data-dir=gs://b/d", "--num-gpus=0"
+    )
     assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1HyperparameterTuningJob") == []
     discrete, integer, categorical = job["studySpec"]["parameters"]
     assert discrete["discreteValueSpec"] == {"values": [8.0, 14.0, 20.0]}
@@ -198,24 +270,21 @@ def test_refusals_name_the_field_and_the_fix(tmp_path, capsys, training_input, m
 
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"trainingInput": training_input}))
-    code, _ = generate(tmp_path, "custom-job", "--config", str(config), "--package-uri", PACKAGE)
+    code, _ = generate(tmp_path, "custom-job", "--config", str(config), *OUT, "--", "--data-dir=gs://b/d")
     assert code == 2 and re.search(message, capsys.readouterr().err)
     assert not (tmp_path / "out.yaml").exists()
-
-
-def test_a_package_uri_or_an_image_is_required(tmp_path, capsys):
-    code, _ = generate(tmp_path, "custom-job", "--config", REPO + "/cmle_config.yaml", "--package-uri", "dist/x.tgz")
-    assert code == 2 and "must be a gs:// URI of the sdist" in capsys.readouterr().err
 
 
 def test_cli_runs_as_a_module(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            *"-m estimator.vertex custom-job --config cmle_config.yaml --package-uri".split(),
-            PACKAGE,
+            *"-m estimator.vertex custom-job --config cmle_config.yaml".split(),
+            *OUT,
             "--output",
             str(tmp_path / "j.yaml"),
+            "--",
+            *TRAINER,
         ],
         cwd=REPO,
         capture_output=True,
@@ -247,19 +316,18 @@ def _one_machine(tmp_path):
 
 def test_recipes_reach_the_job_by_name_and_flag_files_are_read_into_it(tmp_path):
     def job_args(*trainer):
-        image = ["--image-uri", "us-docker.pkg.dev/p/r/t:1"]
-        code, job = generate(tmp_path, "custom-job", "--config", _one_machine(tmp_path), *image, "--", *trainer)
+        code, job = generate(tmp_path, "custom-job", "--config", _one_machine(tmp_path), *OUT, "--", *trainer)
         assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
         return job["workerPoolSpecs"][0]["containerSpec"]["args"]
 
     # The container's package has the recipe: its name is enough.
-    trainer = ["--recipe", "cpu_5min", "--data-dir=gs://b/d", "--seed", "3"]
+    trainer = ["--recipe", "cpu_5min", "--data-dir=gs://b/d", "--seed", "3"]  # the recipe trains on the CPU
     assert job_args(*trainer) == trainer
     # A flag file, and a recipe given as a file, do not travel with the job: their flags go in its arguments.
     flagfile = tmp_path / "mine.args"
     flagfile.write_text("# my flags\n--num-layers 20 --train-steps 100\n")
-    args = job_args("@" + str(flagfile), "--recipe=" + str(flagfile), "--data-dir=gs://b/d")
-    assert args == ["--num-layers", "20", "--train-steps", "100"] * 2 + ["--data-dir=gs://b/d"]
+    args = job_args("@" + str(flagfile), "--recipe=" + str(flagfile), "--data-dir=gs://b/d", "--num-gpus=0")
+    assert args == ["--num-layers", "20", "--train-steps", "100"] * 2 + ["--data-dir=gs://b/d", "--num-gpus=0"]
     assert not any(a.startswith("@") for a in args)
 
 
@@ -267,7 +335,7 @@ def test_a_recipe_the_trainer_would_refuse_in_the_jobs_cluster_is_refused_before
     out = tmp_path / "out.yaml"
 
     def refused(*trainer):  # cmle_config.yaml: a master, 2 workers and a parameter server
-        config = ["--config", REPO + "/cmle_config.yaml", "--package-uri", PACKAGE, "--output", str(out)]
+        config = ["--config", REPO + "/cmle_config.yaml", *OUT, "--output", str(out)]
         code = vertex_cli.main(["custom-job", *config, "--", *trainer])
         assert code == 2 and not out.exists() and not (tmp_path / "out.yaml.tmp").exists()
         return capsys.readouterr().err.strip()
@@ -279,11 +347,19 @@ def test_a_recipe_the_trainer_would_refuse_in_the_jobs_cluster_is_refused_before
     )
     assert "missing.args: No such file or directory" in refused("@" + str(tmp_path / "missing.args"))
     # A study of a recipe (hptuning_recipe.yaml) runs each trial on one machine: its budget is fine there.
-    image = ["--image-uri", "us-docker.pkg.dev/p/r/t:1"]
+    # Its trials train on the training split (reporting validation accuracy) and all train one member.
     trainer = ["--recipe", "cpu_5min", "--data-dir=gs://b/d"]
-    code, job = generate(tmp_path, "hp-tuning-job", "--config", REPO + "/hptuning_recipe.yaml", *image, "--", *trainer)
+    study = ["hp-tuning-job", "--config", REPO + "/hptuning_recipe.yaml", *OUT]
+    code, _ = generate(tmp_path, *study, "--", *trainer)
+    assert code == 2 and "name the member every trial trains with --network-member" in capsys.readouterr().err
+    code, job = generate(tmp_path, *study, "--network-member", "airbench94 x0.5", "--", *trainer)
     assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1HyperparameterTuningJob") == []
     [pool] = job["trialJobSpec"]["workerPoolSpecs"]
-    assert pool["containerSpec"]["args"] == trainer
+    assert (
+        pool["containerSpec"]["args"]
+        == trainer + ["--train-subsets", "train"] + family.member("airbench94 x0.5").flags()
+    )
+    out = capsys.readouterr().out
+    assert "note: the trials train on the training split alone and report accuracy on the validation split" in out
     names = [p["parameterId"] for p in job["studySpec"]["parameters"]]
     assert names == ["learning-rate", "weight-decay", "label-smoothing", "momentum", "batch-norm-decay", "crop-padding"]

@@ -1,0 +1,194 @@
+"""Every job docs/cloud.md shows, written by ``estimator.vertex`` and run here as Vertex AI runs it
+(``python -m estimator.vertex local-run``): each to a trained step, and a reported metric where it reports."""
+
+import json
+import os
+
+import pytest
+import yaml
+
+from estimator import vertex as vertex_cli
+from estimator.cloud import rehearsal
+from estimator.common import cluster as cluster_lib
+from estimator.tuning import spec as spec_lib
+from tests.helpers import REPO, SMALL_AIRBENCH, run_module
+
+IMAGE = "us-central1-docker.pkg.dev/p/r/cifar10-estimator:cpu"
+BUCKET = "gs://my-bucket"
+
+
+def write(tmp_path, kind, config, *flags, trainer=()):
+    out = str(tmp_path / ("%s.yaml" % kind))
+    argv = [kind, "--config", config, "--image-uri", IMAGE, "--output", out, *flags, "--", *trainer]
+    assert vertex_cli.main(argv) == 0
+    return out
+
+
+def local_run(tmp_path, config, data_dir, *extra):
+    """The rehearsal as a user runs it: the image stands for this Python, the bucket for a local folder."""
+    bucket = tmp_path / "bucket"
+    bucket.mkdir(exist_ok=True)
+    if not (bucket / "cifar-10-data").exists():
+        os.symlink(data_dir, str(bucket / "cifar-10-data"))
+    import sys
+
+    code, out, err = run_module(
+        "estimator.vertex",
+        "local-run",
+        config,
+        "--image",
+        "%s=%s" % (IMAGE, sys.executable),
+        "--map",
+        "%s=%s" % (BUCKET, bucket),
+        "--work-dir",
+        str(tmp_path / "rehearsal"),
+        *extra,
+    )
+    return code, out + err, str(bucket)
+
+
+def reported(out):
+    [line] = [x for x in out.splitlines() if x.startswith("Reported to Vertex AI: ")]
+    return dict(kv.split("=", 1) for kv in line.split(": ", 1)[1].split())
+
+
+@pytest.mark.slow
+def test_a_one_machine_spot_job_of_a_recipe_trains_where_vertex_ai_says(mini_records, tmp_path):
+    """docs/cloud.md's one-machine job (cpu_config.yaml, a recipe, on Spot VMs): Vertex AI gives a job of one
+    machine a TF_CONFIG naming it chief of a cluster of one; the trainer trains alone, plans its budget, and
+    writes to AIP_CHECKPOINT_DIR under the base output directory."""
+    trainer = ["--recipe", "cpu_5min", "--time-budget", "20s", "--train-batch-size", "64", "--eval-batch-size", "339"]
+    config = write(
+        tmp_path,
+        "custom-job",
+        REPO + "/cpu_config.yaml",
+        "--spot",
+        "--timeout",
+        "1h",
+        "--base-output-dir",
+        BUCKET + "/jobs/j1",
+        trainer=trainer + ["--data-dir", BUCKET + "/cifar-10-data"],
+    )
+    assert yaml.safe_load(open(config))["scheduling"] == {"strategy": "SPOT", "timeout": "3600s"}
+    code, out, bucket = local_run(tmp_path, config, mini_records)
+    assert code == 0, out[-3000:]
+    job_dir = os.path.join(bucket, "jobs", "j1", "checkpoints")
+    assert "AIP_CHECKPOINT_DIR=%s/" % job_dir in out and "AIP_MODEL_DIR=%s/jobs/j1/model/" % bucket in out
+    results = json.load(open(os.path.join(job_dir, "results.json")))
+    assert results["global_step"] >= 1 and results["time_budget_secs"] == 20.0
+    hp = json.load(open(os.path.join(job_dir, "hparams.json")))["hparams"]
+    assert hp["cluster"]["spec"] == {} and hp["recipe"] == "cpu_5min"
+    # The recipe trains its final model on training and validation: nothing to report a tuning metric on.
+    assert "Reported to Vertex AI: nothing" in out
+
+
+@pytest.mark.slow
+def test_a_parameter_server_cluster_trains_and_its_chief_reports(mini_records, tmp_path):
+    """cmle_config.yaml's shape (a master, workers, a parameter server) on CPU machines."""
+    config_yaml = tmp_path / "cluster.yaml"
+    machines = {
+        "scaleTier": "CUSTOM",
+        "masterType": "n1-standard-4",
+        "workerType": "n1-standard-4",
+        "workerCount": 1,
+        "parameterServerType": "n1-highmem-8",
+        "parameterServerCount": 1,
+    }
+    config_yaml.write_text(yaml.safe_dump({"trainingInput": machines}))
+    trainer = SMALL_AIRBENCH + [
+        "--train-steps",
+        "12",
+        "--data-dir",
+        BUCKET + "/cifar-10-data",
+        "--health-checks",
+        "off",
+    ]
+    config = write(tmp_path, "custom-job", str(config_yaml), "--base-output-dir", BUCKET + "/jobs/ps", trainer=trainer)
+    code, out, bucket = local_run(tmp_path, config, mini_records)
+    assert code == 0, out[-3000:]
+    assert "[ps/0]" in out and "[worker/0]" in out
+    metric = reported(out)
+    assert 0 <= float(metric["accuracy"]) <= 1 and int(metric["global_step"]) >= 12
+    hp = json.load(open(os.path.join(bucket, "jobs", "ps", "checkpoints", "hparams.json")))["hparams"]
+    assert set(hp["cluster"]["spec"]) == {"chief", "worker", "ps"} and hp["num_workers"] == 2
+
+
+@pytest.mark.slow
+def test_a_trial_of_a_study_of_a_recipe_trains_on_the_training_split_and_reports(mini_records, tmp_path):
+    trainer = ["--recipe", "cpu_5min", "--time-budget", "20s", "--train-batch-size", "64", "--eval-batch-size", "339"]
+    config = write(
+        tmp_path,
+        "hp-tuning-job",
+        REPO + "/hptuning_recipe.yaml",
+        "--base-output-dir",
+        BUCKET + "/studies/s1",
+        "--network-member",
+        "airbench94 x0.25",
+        trainer=trainer + ["--data-dir", BUCKET + "/cifar-10-data"],
+    )
+    code, out, bucket = local_run(tmp_path, config, mini_records, "--trial", "7", "--param", "crop-padding=3")
+    assert code == 0, out[-3000:]
+    job_dir = os.path.join(bucket, "studies", "s1", "7", "checkpoints")
+    hp = json.load(open(os.path.join(job_dir, "hparams.json")))["hparams"]
+    assert hp["train_subsets"] == ["train"] and hp["cluster"]["trial"] == "7"
+    assert (hp["width_multiplier"], hp["crop_padding"]) == (0.25, 3)  # the member, then the trial's parameter
+    assert hp["learning_rate"] == pytest.approx((0.375 * 1.5) ** 0.5, rel=1e-5)  # mid-range on its log scale
+    results = json.load(open(os.path.join(job_dir, "results.json")))
+    metric = reported(out)
+    assert float(metric["accuracy"]) == pytest.approx(results["validation_accuracy"], abs=1e-6)
+
+
+def _job(**pool):
+    base = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1"}
+    base.update(pool)
+    return {"workerPoolSpecs": [base]}
+
+
+CONTAINER = {"imageUri": IMAGE, "command": ["python", "-m", "estimator.cifar10_main"], "args": []}
+
+
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        ({"workerPoolSpecs": [dict(_job(containerSpec=CONTAINER)["workerPoolSpecs"][0]), {}]}, "an empty pool"),
+        (_job(), "workerPoolSpecs[0] needs exactly one of pythonPackageSpec and containerSpec"),
+        (_job(containerSpec=CONTAINER, replicaCount="2"), "the chief: its replicaCount must be 1"),
+        (_job(containerSpec=dict(CONTAINER, imageUri="other:1")), "the image other:1 is not mapped: name the Python"),
+        (_job(containerSpec=dict(CONTAINER, args=["--data-dir=gs://b/d"])), "map it to a directory of this machine"),
+    ],
+)
+def test_the_rehearsal_refuses_what_gcloud_or_vertex_ai_would(tmp_path, config, message):
+    with pytest.raises(spec_lib.SpecError) as e:
+        rehearsal.rehearse(config, {IMAGE: "python"}, {}, str(tmp_path))
+    assert message in str(e.value)
+
+
+def test_a_trial_gets_its_parameters_as_vertex_ai_passes_them():
+    study = {
+        "parameters": [
+            {
+                "parameterId": "learning-rate",
+                "doubleValueSpec": {"minValue": 0.01, "maxValue": 1.0},
+                "scaleType": "UNIT_LOG_SCALE",
+            },
+            {"parameterId": "crop-padding", "integerValueSpec": {"minValue": "1", "maxValue": "4"}},
+            {"parameterId": "lr-schedule", "categoricalValueSpec": {"values": ["cosine", "onecycle"]}},
+        ]
+    }
+    assert rehearsal.default_parameters(study) == {"learning-rate": "0.1", "crop-padding": "2", "lr-schedule": "cosine"}
+
+
+def test_one_machine_is_a_single_process_whatever_tf_config_calls_it():
+    """Vertex AI names a job's only machine the chief of a cluster of one (AI Platform: master); an evaluator's
+    pool, which TF_CONFIG never lists, shows in CLUSTER_SPEC."""
+    alone = json.dumps({"cluster": {"chief": ["cmle-training-workerpool0-ab-0:2222"]}, "task": {"type": "chief"}})
+    assert cluster_lib.from_environment({"TF_CONFIG": alone, "CLOUD_ML_TRIAL_ID": "4"}) == cluster_lib.Cluster(
+        trial="4"
+    )
+    master = json.dumps({"cluster": {"master": ["h:2222"]}, "task": {"type": "master", "index": 0}})
+    assert not cluster_lib.from_environment({"TF_CONFIG": master}).distributed
+    pools = json.dumps({"cluster": {"workerpool0": ["h:2222"], "workerpool3": ["e:2222"]}})
+    with_evaluator = cluster_lib.from_environment({"TF_CONFIG": alone, "CLUSTER_SPEC": pools})
+    assert with_evaluator.distributed and with_evaluator.task_type == "chief"
+    two = json.dumps({"cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "worker", "index": 0}})
+    assert cluster_lib.from_environment({"TF_CONFIG": two}).distributed
