@@ -307,14 +307,18 @@ def vertex_config(kind, yaml_file, output, *flags):
         kind,
         "--config",
         config,
-        "--package-uri",
-        "gs://b/p.tar.gz",
+        "--image-uri",
+        "us-central1-docker.pkg.dev/p/r/cifar10-estimator:gpu",
+        "--base-output-dir",
+        "gs://b/jobs/j",
         "--output",
         output,
         *flags,
         "--",
         "--data-dir",
         "gs://b/data",
+        "--train-steps",
+        "1000",
     )
 
 

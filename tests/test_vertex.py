@@ -363,3 +363,37 @@ def test_a_recipe_the_trainer_would_refuse_in_the_jobs_cluster_is_refused_before
     assert "note: the trials train on the training split alone and report accuracy on the validation split" in out
     names = [p["parameterId"] for p in job["studySpec"]["parameters"]]
     assert names == ["learning-rate", "weight-decay", "label-smoothing", "momentum", "batch-norm-decay", "crop-padding"]
+
+
+def documented_commands():
+    """Every ``python -m estimator.vertex`` command of docs/cloud.md's code blocks, continuation lines joined."""
+    import re
+    import shlex
+
+    text = open(REPO + "/docs/cloud.md").read()
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if line.startswith("python -m estimator.vertex "):
+                words = shlex.split(line.replace("$IMAGE", IMAGE.rsplit(":", 1)[0]).replace("$BUCKET", "bucket"))
+                commands.append(words[3:])
+    return commands
+
+
+def test_every_vertex_command_of_the_docs_writes_a_valid_config(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)  # the docs' commands run from the repository (cmle_config.yaml ...)
+    commands = documented_commands()
+    kinds = [c[0] for c in commands]
+    assert kinds.count("custom-job") >= 3 and kinds.count("hp-tuning-job") >= 2 and "local-run" in kinds
+    for command in commands:
+        if command[0] == "local-run":
+            continue  # tests/test_rehearsal.py runs the rehearsals
+        out = str(tmp_path / "written.yaml")
+        at = command.index("--output")
+        code = vertex_cli.main(command[:at] + ["--output", out] + command[at + 2 :])
+        assert code == 0, (command, capsys.readouterr().err)
+        written = yaml.safe_load(open(out))
+        name = "HyperparameterTuningJob" if command[0] == "hp-tuning-job" else "CustomJobSpec"
+        assert schema_errors(written, "GoogleCloudAiplatformV1" + name) == [], command
+        rehearsal.check_pools(written.get("trialJobSpec", written)["workerPoolSpecs"])
