@@ -114,6 +114,8 @@ def _command(pool: dict, images: dict, mapping: dict, trial_args) -> list:
     else:
         spec, image = pool["pythonPackageSpec"], pool["pythonPackageSpec"]["executorImageUri"]
         command = ["python", "-m", spec["pythonModule"]]
+        if not spec.get("packageUris"):
+            raise spec_lib.SpecError("pythonPackageSpec of %s has no packageUris: Vertex AI needs the sdist." % image)
     if image not in images:
         raise spec_lib.SpecError(
             "the image %s is not mapped: name the Python that stands for it here with --image %s=PYTHON (an "
@@ -122,6 +124,23 @@ def _command(pool: dict, images: dict, mapping: dict, trial_args) -> list:
     if command[0] == "python":
         command[0] = images[image]
     return command + [_mapped(a, mapping) for a in list(spec.get("args") or []) + list(trial_args)]
+
+
+def _install_packages(sdists, commands, work_dir) -> str:
+    """Installs the job's packages as the executor image does (pip, no dependencies: the image has them)
+    into a directory of the rehearsal's own; returns it. The package's source tree is not on that path."""
+    import subprocess
+
+    site = os.path.join(work_dir, "site-packages")
+    python = next(iter(commands.values()))[0]
+    proc = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", site, *sdists],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode:
+        raise spec_lib.SpecError("pip could not install %s: %s" % (" ".join(sdists), proc.stderr.strip()[-500:]))
+    return site
 
 
 def rehearse(
@@ -160,6 +179,8 @@ def rehearse(
             raise spec_lib.SpecError("--param %s: the study has no such parameter (%s)." % (unknown[0], sorted(known)))
         trial_args = ["--%s=%s" % kv for kv in values.items()]
     commands = {POOL_ROLES[i]: _command(pool, images, mapping, trial_args) for i, pool in enumerate(pools)}
+    packages = sorted({uri for pool in pools for uri in (pool.get("pythonPackageSpec") or {}).get("packageUris", [])})
+    site = _install_packages([_mapped(uri, mapping) for uri in packages], commands, work_dir) if packages else None
     counts = {POOL_ROLES[i]: int(pool.get("replicaCount", 1)) for i, pool in enumerate(pools)}
     outputs = {}
     base = (job.get("baseOutputDirectory") or {}).get("outputUriPrefix")
@@ -190,9 +211,13 @@ def rehearse(
         env["CLOUD_ML_HP_METRIC_FILE"] = os.path.join(work_dir, "%s-%d" % (role, index), METRIC_FILE)
         if trial_id:
             env["CLOUD_ML_TRIAL_ID"] = trial_id
+        if site:  # the packages the executor image installed, before anything else on its path
+            env["PYTHONPATH"] = site
         return env
 
     cluster.task_env = task_env
+    if site:  # as in the image: the package comes from what pip installed, not from a source tree here
+        cluster.cwd = work_dir
     environ = {
         k: v for k, v in os.environ.items() if not k.startswith("AIP_") and k not in ("TF_CONFIG", "CLUSTER_SPEC")
     }
