@@ -3,6 +3,7 @@
 
 import json
 import os
+import sys
 
 import pytest
 import yaml
@@ -24,20 +25,18 @@ def write(tmp_path, kind, config, *flags, trainer=()):
     return out
 
 
-def local_run(tmp_path, config, data_dir, *extra):
+def local_run(tmp_path, config, data_dir, *extra, image=IMAGE):
     """The rehearsal as a user runs it: the image stands for this Python, the bucket for a local folder."""
     bucket = tmp_path / "bucket"
     bucket.mkdir(exist_ok=True)
     if not (bucket / "cifar-10-data").exists():
         os.symlink(data_dir, str(bucket / "cifar-10-data"))
-    import sys
-
     code, out, err = run_module(
         "estimator.vertex",
         "local-run",
         config,
         "--image",
-        "%s=%s" % (IMAGE, sys.executable),
+        "%s=%s" % (image, sys.executable),
         "--map",
         "%s=%s" % (BUCKET, bucket),
         "--work-dir",
@@ -199,7 +198,6 @@ def test_the_package_route_installs_the_sdist_from_the_bucket_and_runs_it(mini_r
     """--executor-image-uri (an image of the user's own with TensorFlow 2.15) and --package-uri: the rehearsal
     installs the sdist from the mapped bucket, as the executor image does, and runs the installed package."""
     import subprocess
-    import sys
 
     bucket = tmp_path / "bucket"
     (bucket / "packages").mkdir(parents=True)
@@ -229,19 +227,8 @@ def test_the_package_route_installs_the_sdist_from_the_bucket_and_runs_it(mini_r
         *trainer,
     ]
     assert vertex_cli.main(argv) == 0
-    os.symlink(mini_records, str(bucket / "cifar-10-data"))
-    code, said, err = run_module(
-        "estimator.vertex",
-        "local-run",
-        out,
-        "--image",
-        "%s=%s" % (executor, sys.executable),
-        "--map",
-        "%s=%s" % (BUCKET, bucket),
-        "--work-dir",
-        str(tmp_path / "rehearsal"),
-    )
-    assert code == 0, (said + err)[-3000:]
+    code, said, _ = local_run(tmp_path, out, mini_records, image=executor)
+    assert code == 0, said[-3000:]
     installed = tmp_path / "rehearsal" / "site-packages"
     assert (installed / "estimator" / "cifar10_main.py").exists() and (installed / "estimator" / "recipes").is_dir()
     results = json.load(open(str(bucket / "jobs" / "pkg" / "checkpoints" / "results.json")))
