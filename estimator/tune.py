@@ -15,7 +15,6 @@ configuration or flag it cannot honour (then nothing is created).
 
 import argparse
 import os
-import shlex
 import signal
 import sys
 
@@ -27,8 +26,8 @@ logs.quiet_imports()
 
 from estimator.common import processes  # noqa: E402
 from estimator.networks import family  # noqa: E402
+from estimator.tuning import report, trial_flags  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402
-from estimator.tuning import trial_flags  # noqa: E402
 
 
 def check_trainer_flags(trainer_flags, job_dir: str):
@@ -41,33 +40,6 @@ def check_trainer_flags(trainer_flags, job_dir: str):
     environ = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "CLOUD_ML_TRIAL_ID")}
     hp, _ = config.parse(list(trainer_flags) + ["--job-dir", job_dir], environ=environ)
     return hp, flags.flag_names()
-
-
-BEST_ARGS = "best.args"
-
-
-def write_best_args(job_dir: str, trainer_flags, best, metric: str) -> str:
-    """``JOB_DIR/best.args``: the flags the study was given (a recipe keeps its own training splits) with the
-    best trial's parameters after them, without the data and job directories, for the final model."""
-    kept, skip = [], False
-    for flag in trainer_flags:
-        if skip:
-            skip = False
-        elif flag in ("--data-dir", "--job-dir"):
-            skip = True
-        elif not flag.startswith(("--data-dir=", "--job-dir=")):
-            kept.append(flag)
-    path = os.path.join(job_dir, BEST_ARGS)
-    lines = [
-        "# The best trial (%s) of the study in %s: %s %.4f on the validation split."
-        % (best.user_attrs["trial_id"], os.path.abspath(job_dir), metric, best.value),
-        "#   python -m estimator.cifar10_main @%s --data-dir D --job-dir J" % path,
-        " ".join(shlex.quote(f) for f in kept),
-    ] + ["--%s=%s" % kv for kv in best.user_attrs["values"].items()]
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(line for line in lines if line) + "\n")
-    os.replace(path + ".tmp", path)
-    return path
 
 
 def main(argv=None) -> int:
@@ -112,7 +84,7 @@ def main(argv=None) -> int:
             # best.args gives the recipe back with the best trial's parameters, for the final model.
             print(
                 "note: %s; %s gives it back with the best trial's parameters, for the final model."
-                % (note, os.path.join(args.job_dir, BEST_ARGS))
+                % (note, os.path.join(args.job_dir, report.BEST_ARGS))
             )
         if member is not None:
             # best.args keeps --network auto, for the final model's own budget.
@@ -128,7 +100,7 @@ def main(argv=None) -> int:
         print("error: %s" % e, file=sys.stderr)
         return 2
 
-    from estimator.tuning import report, study
+    from estimator.tuning import study
 
     max_trials = args.max_trials or study_spec.max_trials
     if study_spec.algorithm == "GRID_SEARCH":
@@ -208,7 +180,14 @@ def main(argv=None) -> int:
                 os.path.join(args.job_dir, best.user_attrs["trial_id"]),
             )
         )
-        best_args = write_best_args(args.job_dir, given_flags, best, study_spec.metric)
+        best_args = report.write_best_args(
+            os.path.join(args.job_dir, report.BEST_ARGS),
+            given_flags,
+            best.user_attrs["trial_id"],
+            best.user_attrs["values"],
+            "of the study in %s: %s %.4f on the validation split"
+            % (os.path.abspath(args.job_dir), study_spec.metric, best.value),
+        )
         print("The final model with them: python -m estimator.cifar10_main @%s --data-dir D --job-dir J" % best_args)
     print("Wrote %s and %s" % (paths["csv"], paths["png"]))
     return status

@@ -33,8 +33,8 @@ from estimator.common import processes  # noqa: E402
 from estimator.common.options import Network  # noqa: E402
 from estimator.networks import family  # noqa: E402
 from estimator.training import recipes, time_budget  # noqa: E402
+from estimator.tuning import report, trial_flags  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402
-from estimator.tuning import trial_flags  # noqa: E402
 
 KINDS = ("custom-job", "hp-tuning-job")
 
@@ -240,13 +240,67 @@ def local_run(argv) -> int:
     return result.exit_code
 
 
+def best_args(argv) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m estimator.vertex best-args",
+        description="best.args from a finished Vertex AI study: the flags it was given with its best trial's "
+        "parameters, read from each trial's hparams.json and results.json under its output directory.",
+    )
+    parser.add_argument("config", help="The YAML hp-tuning-job wrote (the study as submitted).")
+    parser.add_argument("--output", default=report.BEST_ARGS, help="The file to write (default %(default)s).")
+    parser.add_argument(
+        "--map", action="append", metavar="gs://B/P=DIR", help="Read a Cloud Storage prefix from a local copy."
+    )
+    args = parser.parse_args(argv)
+    from estimator.cloud import rehearsal
+
+    try:
+        with open(args.config) as f:
+            config = yaml.safe_load(f)
+        if not isinstance(config, dict) or "trialJobSpec" not in config:
+            raise spec_lib.SpecError("%s is not a HyperparameterTuningJob (no trialJobSpec)." % args.config)
+        mapping = _pairs(args.map, "--map")
+        trials = vertex_study.finished_trials(config, lambda path: rehearsal.mapped(path, mapping, required=False))
+    except (OSError, yaml.YAMLError) as e:
+        print("error: %s: %s" % (args.config, e), file=sys.stderr)
+        return 2
+    except spec_lib.SpecError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    if not trials:
+        print("error: no trial of %s has written its results.json yet." % args.config, file=sys.stderr)
+        return 1
+    [metric] = config["studySpec"]["metrics"]
+    pick = max if metric["goal"] == "MAXIMIZE" else min
+    trial, values, value = pick(trials, key=lambda t: t[2])
+    for t, v, m in trials:
+        print("trial %s: %s %.4f with %s" % (t, metric["metricId"], m, " ".join("--%s=%s" % kv for kv in v.items())))
+    pool = config["trialJobSpec"]["workerPoolSpecs"][0]
+    given = trial_flags.given((pool.get("containerSpec") or pool.get("pythonPackageSpec"))["args"])
+    path = report.write_best_args(
+        args.output,
+        given,
+        trial,
+        values,
+        "of the Vertex AI study %s (%d trials finished): %s %.4f on the validation split"
+        % (config.get("displayName", args.config), len(trials), metric["metricId"], value),
+    )
+    print(
+        "Best trial %s. The final model: python -m estimator.cifar10_main @%s --data-dir D --job-dir J" % (trial, path)
+    )
+    return 0
+
+
+VERBS = {"local-run": local_run, "best-args": best_args}
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "local-run":
-        return local_run(argv[1:])
+    if argv and argv[0] in VERBS:
+        return VERBS[argv[0]](argv[1:])
     if not argv or argv[0] not in KINDS:
         print(
-            "usage: python -m estimator.vertex {custom-job,hp-tuning-job,local-run} ... (--help after one of them)",
+            "usage: python -m estimator.vertex {custom-job,hp-tuning-job,local-run,best-args} ... (--help after one)",
             file=sys.stderr,
         )
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2

@@ -1,5 +1,6 @@
 """Vertex AI configs from cmle_config.yaml and hptuning_config.yaml, against the aiplatform.v1 schema."""
 
+import os
 import subprocess
 import sys
 
@@ -397,3 +398,49 @@ def test_every_vertex_command_of_the_docs_writes_a_valid_config(tmp_path, capsys
         name = "HyperparameterTuningJob" if command[0] == "hp-tuning-job" else "CustomJobSpec"
         assert schema_errors(written, "GoogleCloudAiplatformV1" + name) == [], command
         rehearsal.check_pools(written.get("trialJobSpec", written)["workerPoolSpecs"])
+
+
+def test_best_args_of_a_finished_vertex_study_read_through_cloud_storage(gcs, tmp_path, capsys, monkeypatch):
+    """Each trial's trainer left hparams.json and results.json in its AIP_CHECKPOINT_DIR (here written to the
+    storage emulator as the trainer writes them); best-args reads them through Cloud Storage and writes the
+    recipe back with the best trial's parameters, for the final model on both splits."""
+    import json
+
+    from estimator.common import storage
+    from estimator.training import flags
+
+    trainer = ["--recipe", "cpu_5min", "--data-dir=%s/cifar-10-data" % gcs]
+    study = ["hp-tuning-job", "--config", REPO + "/hptuning_recipe.yaml", "--image-uri", IMAGE]
+    base = "%s/studies/s1" % gcs
+    code, _ = generate(tmp_path, *study, "--base-output-dir", base, "--network-member", "airbench94", "--", *trainer)
+    assert code == 0
+    capsys.readouterr()
+    names = ["learning-rate", "weight-decay", "label-smoothing", "momentum", "batch-norm-decay", "crop-padding"]
+    for trial, accuracy, rate in [("1", 0.81, 0.5), ("2", 0.86, 0.9), ("4", 0.84, 1.2)]:  # 3 failed
+        directory = "%s/%s/checkpoints" % (base, trial)
+        resolved = {n.replace("-", "_"): 0.1 for n in names}
+        resolved.update(learning_rate=rate, crop_padding=3)
+        storage.write_text(directory + "/hparams.json", json.dumps({"hparams": resolved}))
+        storage.write_text(directory + "/results.json", json.dumps({"validation_accuracy": accuracy}))
+    out = str(tmp_path / "best.args")
+    assert vertex_cli.main(["best-args", str(tmp_path / "out.yaml"), "--output", out]) == 0
+    said = capsys.readouterr().out
+    assert "trial 1: accuracy 0.8100" in said and "trial 3" not in said and "Best trial 2." in said
+    lines = open(out).read().splitlines()
+    assert lines[0] == (
+        "# The best trial (2) of the Vertex AI study cifar10-resnet (3 trials finished): accuracy 0.8600 on the "
+        "validation split."
+    )
+    assert lines[2] == "--recipe cpu_5min"  # the study's own flags: no --train-subsets, no member, no data dir
+    assert lines[3:5] == ["--learning-rate=0.9", "--weight-decay=0.1"] and lines[-1] == "--crop-padding=3"
+    final = flags.build_parser().parse_args(["@" + out, "--data-dir", "d", "--job-dir", "j"])
+    assert final.train_subsets == ["train", "validation"] and final.network == "auto" and final.learning_rate == 0.9
+    # Nothing finished yet: said so, nothing written.
+    os.remove(out)
+    empty = str(tmp_path / "empty.yaml")
+    code, _ = generate(
+        tmp_path, *study, "--base-output-dir", gcs + "/s2", "--network-member", "airbench94", "--", *trainer
+    )
+    os.replace(str(tmp_path / "out.yaml"), empty)
+    assert vertex_cli.main(["best-args", empty, "--output", out]) == 1 and not os.path.exists(out)
+    assert "no trial of %s has written its results.json yet" % empty in capsys.readouterr().err

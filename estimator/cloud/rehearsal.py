@@ -83,11 +83,12 @@ def default_parameters(study: dict) -> dict:
     return values
 
 
-def _mapped(value: str, mapping: dict) -> str:
-    """VALUE with a mapped gs:// prefix replaced by its local directory (the longest prefix wins).
+def mapped(value: str, mapping: dict, required: bool = True) -> str:
+    """VALUE with a mapped gs:// prefix replaced by its local directory (the longest prefix wins); an unmapped
+    gs:// path is kept unless ``required``.
 
     Raises:
-      SpecError: a gs:// path that no --map covers.
+      SpecError: a gs:// path that no --map covers, when ``required``.
     """
     if "gs://" not in value:
         return value
@@ -96,6 +97,8 @@ def _mapped(value: str, mapping: dict) -> str:
     for prefix in sorted(mapping, key=len, reverse=True):
         if uri == prefix or uri.startswith(prefix.rstrip("/") + "/"):
             return head + mapping[prefix].rstrip("/") + uri[len(prefix.rstrip("/")) :]
+    if not required:
+        return value
     raise spec_lib.SpecError(
         "%s is on Cloud Storage: map it to a directory of this machine with --map %s=DIR (TensorFlow's own gs:// "
         "client cannot be pointed at an emulator)." % (uri, "/".join(uri.split("/")[:3]))
@@ -123,7 +126,7 @@ def _command(pool: dict, images: dict, mapping: dict, trial_args) -> list:
         )
     if command[0] == "python":
         command[0] = images[image]
-    return command + [_mapped(a, mapping) for a in list(spec.get("args") or []) + list(trial_args)]
+    return command + [mapped(a, mapping) for a in list(spec.get("args") or []) + list(trial_args)]
 
 
 def _install_packages(sdists, commands, work_dir) -> str:
@@ -180,12 +183,12 @@ def rehearse(
         trial_args = ["--%s=%s" % kv for kv in values.items()]
     commands = {POOL_ROLES[i]: _command(pool, images, mapping, trial_args) for i, pool in enumerate(pools)}
     packages = sorted({uri for pool in pools for uri in (pool.get("pythonPackageSpec") or {}).get("packageUris", [])})
-    site = _install_packages([_mapped(uri, mapping) for uri in packages], commands, work_dir) if packages else None
+    site = _install_packages([mapped(uri, mapping) for uri in packages], commands, work_dir) if packages else None
     counts = {POOL_ROLES[i]: int(pool.get("replicaCount", 1)) for i, pool in enumerate(pools)}
     outputs = {}
     base = (job.get("baseOutputDirectory") or {}).get("outputUriPrefix")
     if base:
-        root = _mapped(base, mapping).rstrip("/") + ("/" + trial_id if trial_id else "")
+        root = mapped(base, mapping).rstrip("/") + ("/" + trial_id if trial_id else "")
         outputs = {
             "AIP_MODEL_DIR": root + "/model/",
             "AIP_CHECKPOINT_DIR": root + "/checkpoints/",

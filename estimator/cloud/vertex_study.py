@@ -8,7 +8,10 @@ discovery document. Command line: ``python -m estimator.vertex hp-tuning-job``.
 
 from __future__ import annotations
 
+import json
+
 from estimator.cloud.vertex_job import JobOptions, custom_job_spec
+from estimator.common import storage
 from estimator.tuning import spec as spec_lib
 
 
@@ -48,3 +51,46 @@ def hyperparameter_tuning_job(
         "maxFailedTrialCount": study_spec.max_failed_trials if study_spec.max_failed_trials_given else 0,
         "trialJobSpec": custom_job_spec(training_input, trainer_args, options),
     }
+
+
+def _job_dir_flag(args):
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--job-dir" and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--job-dir="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def trial_dir(config: dict, trial_id: str) -> str:
+    """Where trial TRIAL_ID of the HyperparameterTuningJob CONFIG wrote: the trainer's job dir, Vertex AI's
+    per-trial AIP_CHECKPOINT_DIR (``baseOutputDirectory/<trial>/checkpoints``), or ``--job-dir``/<trial>."""
+    job = config["trialJobSpec"]
+    pool = job["workerPoolSpecs"][0]
+    args = (pool.get("containerSpec") or pool.get("pythonPackageSpec") or {}).get("args") or []
+    job_dir = _job_dir_flag(args)
+    if job_dir:
+        return storage.join(job_dir, trial_id)
+    base = (job.get("baseOutputDirectory") or {}).get("outputUriPrefix")
+    if not base:
+        raise spec_lib.SpecError("the study's trialJobSpec has neither baseOutputDirectory nor --job-dir.")
+    return storage.join(base.rstrip("/"), trial_id, "checkpoints")
+
+
+def finished_trials(config: dict, where=lambda path: path):
+    """[(trial id, {parameterId: value}, validation metric)] of every trial of CONFIG that wrote its
+    results.json (``where`` maps each path, e.g. a gs:// prefix to a local copy). The values are what each
+    trial's trainer resolved (its hparams.json), the metric its last validation accuracy."""
+    found = []
+    names = [p["parameterId"] for p in config["studySpec"]["parameters"]]
+    for trial in range(1, int(config["maxTrialCount"]) + 1):
+        directory = where(trial_dir(config, str(trial)))
+        results, hparams = storage.join(directory, "results.json"), storage.join(directory, "hparams.json")
+        if not (storage.exists(results) and storage.exists(hparams)):
+            continue  # not run, failed, or stopped early by the median rule
+        metric = json.loads(storage.read_text(results)).get("validation_accuracy")
+        resolved = json.loads(storage.read_text(hparams))["hparams"]
+        if metric is not None:
+            found.append((str(trial), {n: resolved[n.replace("-", "_")] for n in names}, metric))
+    return found

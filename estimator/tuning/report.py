@@ -1,14 +1,40 @@
-"""What a study leaves for people: ``trials.csv``, ``study.png`` and the best trial's command."""
+"""What a study leaves for people: ``trials.csv``, ``study.png``, and ``best.args``: the flags the study was
+given with the best trial's parameters, for the final model (a study of this machine's or of Vertex AI's)."""
 
 from __future__ import annotations
 
 import csv
 import os
+import shlex
 
 from estimator.tuning import spec as spec_lib
 
 TRIALS_CSV = "trials.csv"
 STUDY_PNG = "study.png"
+BEST_ARGS = "best.args"
+
+
+def write_best_args(path: str, trainer_flags, trial_id: str, values: dict, why: str) -> str:
+    """PATH: the flags the study was given (a recipe keeps its own training splits and network), less the data
+    and job directories, with trial TRIAL_ID's parameters ``values`` after them; the first line says ``why``
+    ("of the study in DIR: accuracy 0.8821 on the validation split")."""
+    kept, skip = [], False
+    for flag in trainer_flags:
+        if skip:
+            skip = False
+        elif flag in ("--data-dir", "--job-dir"):
+            skip = True
+        elif not flag.startswith(("--data-dir=", "--job-dir=")):
+            kept.append(flag)
+    lines = [
+        "# The best trial (%s) %s." % (trial_id, why),
+        "#   python -m estimator.cifar10_main @%s --data-dir D --job-dir J" % path,
+        " ".join(shlex.quote(f) for f in kept),
+    ] + ["--%s=%s" % kv for kv in values.items()]
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(line for line in lines if line) + "\n")
+    os.replace(path + ".tmp", path)
+    return path
 
 
 def rows(study, study_spec: spec_lib.StudySpec):

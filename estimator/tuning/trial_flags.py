@@ -27,3 +27,15 @@ def for_trials(train_subsets, source: str, member: family.Member = None):
     if member is not None:
         flags += member.flags()
     return flags, notes
+
+
+def given(trial_args) -> list:
+    """The flags a study was given, from its trials' (``for_trials``'s additions, at their end, taken off)."""
+    args = list(trial_args)
+    for member in family.MEMBERS:
+        if args[-len(member.flags()) :] == member.flags():
+            args = args[: -len(member.flags())]
+            break
+    if args[-2:] == ["--train-subsets", fmt.TRAIN]:
+        args = args[:-2]
+    return args
