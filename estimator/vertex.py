@@ -6,11 +6,12 @@
         --base-output-dir gs://B/studies/S --output hp.yaml [...] -- <trainer flags>
     python -m estimator.vertex local-run job.yaml --image IMAGE=.venv/bin/python \\
         --map gs://B=work/bucket [--trial 1 --param learning-rate=0.1]
+    python -m estimator.vertex best-args hp.yaml [--output best.args]
 
 Writes the YAML that ``gcloud ai custom-jobs create --config`` (a ``CustomJobSpec``) or ``gcloud ai
 hp-tuning-jobs create --config`` (a ``HyperparameterTuningJob``) takes, then prints the exact gcloud
 command; ``local-run`` runs a written config on this machine as Vertex AI would
-(``estimator.cloud.rehearsal``). AI Platform Training itself was shut down on 2025-01-31; its YAML stays
+(``estimator.cloud.rehearsal``); ``best-args`` writes best.args from a finished study's trials. AI Platform Training itself was shut down on 2025-01-31; its YAML stays
 the format (``estimator.tuning``). A job that would stop at start-up is refused before it is written.
 """
 
@@ -37,6 +38,7 @@ from estimator.tuning import report, trial_flags  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402
 
 KINDS = ("custom-job", "hp-tuning-job")
+USAGE = "usage: python -m estimator.vertex {custom-job,hp-tuning-job,local-run,best-args} ... (--help after one)"
 
 
 def _parser(kind: str) -> argparse.ArgumentParser:
@@ -298,12 +300,12 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in VERBS:
         return VERBS[argv[0]](argv[1:])
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE + "\n\n" + __doc__.split("\n\n", 1)[1].rstrip())
+        return 0
     if not argv or argv[0] not in KINDS:
-        print(
-            "usage: python -m estimator.vertex {custom-job,hp-tuning-job,local-run,best-args} ... (--help after one)",
-            file=sys.stderr,
-        )
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+        print("%s\n(python -m estimator.vertex --help says more)" % USAGE, file=sys.stderr)
+        return 2
     return write_config(argv[0], argv[1:])
 
 

@@ -146,6 +146,50 @@ def _install_packages(sdists, commands, work_dir) -> str:
     return site
 
 
+def _trial(config: dict, trial: str, parameters) -> tuple:
+    """``(trial id, arguments Vertex AI appends)`` of a tuning job's trial; ``(None, [])`` for a custom job."""
+    if "trialJobSpec" not in config:
+        return None, []
+    values = dict(default_parameters(config["studySpec"]), **(parameters or {}))
+    known = {p["parameterId"] for p in config["studySpec"].get("parameters", [])}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise spec_lib.SpecError("--param %s: the study has no such parameter (%s)." % (unknown[0], sorted(known)))
+    return str(trial), ["--%s=%s" % kv for kv in values.items()]
+
+
+def _outputs(job: dict, mapping: dict, trial_id) -> dict:
+    """Vertex AI's AIP_* directories under the job's base output directory (a trial's under its id)."""
+    base = (job.get("baseOutputDirectory") or {}).get("outputUriPrefix")
+    if not base:
+        return {}
+    root = mapped(base, mapping).rstrip("/") + ("/" + trial_id if trial_id else "")
+    return {
+        "AIP_MODEL_DIR": root + "/model/",
+        "AIP_CHECKPOINT_DIR": root + "/checkpoints/",
+        "AIP_TENSORBOARD_LOG_DIR": root + "/logs/",
+    }
+
+
+def _task_environment(cluster: LocalCluster, counts: dict, outputs: dict, trial_id, site, work_dir):
+    """Each replica's environment as Vertex AI sets it (TF_CONFIG comes from LocalCluster)."""
+    names = dict(zip(POOL_ROLES, ("workerpool0", "workerpool1", "workerpool2", "workerpool3")))
+    spec = {names[role]: addresses for role, addresses in cluster.spec.items()}
+    if "evaluator" in counts:
+        spec["workerpool3"] = ["127.0.0.1:0"]  # listed in CLUSTER_SPEC (not in TF_CONFIG); it serves nothing
+
+    def task_env(role, index):
+        env = dict(outputs, CLUSTER_SPEC=json.dumps({"cluster": spec, "task": {"type": names[role], "index": index}}))
+        env["CLOUD_ML_HP_METRIC_FILE"] = os.path.join(work_dir, "%s-%d" % (role, index), METRIC_FILE)
+        if trial_id:
+            env["CLOUD_ML_TRIAL_ID"] = trial_id
+        if site:  # the packages the executor image installed, before anything else on its path
+            env["PYTHONPATH"] = site
+        return env
+
+    return task_env
+
+
 def rehearse(
     config: dict,
     images: dict,
@@ -168,32 +212,18 @@ def rehearse(
     Raises:
       SpecError: what gcloud or Vertex AI would refuse, or what is not mapped.
     """
-    tuning = "trialJobSpec" in config
-    job = config["trialJobSpec"] if tuning else config
+    job = config.get("trialJobSpec", config)
     pools = job.get("workerPoolSpecs")
     check_pools(pools)
-    trial_args, trial_id = [], None
-    if tuning:
-        trial_id = str(trial)
-        values = dict(default_parameters(config["studySpec"]), **(parameters or {}))
-        known = {p["parameterId"] for p in config["studySpec"].get("parameters", [])}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise spec_lib.SpecError("--param %s: the study has no such parameter (%s)." % (unknown[0], sorted(known)))
-        trial_args = ["--%s=%s" % kv for kv in values.items()]
+    trial_id, trial_args = _trial(config, trial, parameters)
     commands = {POOL_ROLES[i]: _command(pool, images, mapping, trial_args) for i, pool in enumerate(pools)}
     packages = sorted({uri for pool in pools for uri in (pool.get("pythonPackageSpec") or {}).get("packageUris", [])})
     site = _install_packages([mapped(uri, mapping) for uri in packages], commands, work_dir) if packages else None
     counts = {POOL_ROLES[i]: int(pool.get("replicaCount", 1)) for i, pool in enumerate(pools)}
-    outputs = {}
-    base = (job.get("baseOutputDirectory") or {}).get("outputUriPrefix")
-    if base:
-        root = mapped(base, mapping).rstrip("/") + ("/" + trial_id if trial_id else "")
-        outputs = {
-            "AIP_MODEL_DIR": root + "/model/",
-            "AIP_CHECKPOINT_DIR": root + "/checkpoints/",
-            "AIP_TENSORBOARD_LOG_DIR": root + "/logs/",
-        }
+    outputs = _outputs(job, mapping, trial_id)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("AIP_")}
+    for name in ("TF_CONFIG", "CLUSTER_SPEC", "CLOUD_ML_TRIAL_ID"):
+        environ.pop(name, None)
     cluster = LocalCluster(
         [],
         workers=counts.get("worker", 0),
@@ -201,31 +231,13 @@ def rehearse(
         evaluator="evaluator" in counts,
         chief_role="chief",
         trial=trial_id,
+        env=environ,
         out=out,
         commands=commands,
     )
-    names = dict(zip(POOL_ROLES, ("workerpool0", "workerpool1", "workerpool2", "workerpool3")))
-    spec = {names[role]: addresses for role, addresses in cluster.spec.items()}
-    if "evaluator" in counts:
-        spec["workerpool3"] = ["127.0.0.1:0"]  # listed in CLUSTER_SPEC (not in TF_CONFIG); it serves nothing
-
-    def task_env(role, index):
-        env = dict(outputs, CLUSTER_SPEC=json.dumps({"cluster": spec, "task": {"type": names[role], "index": index}}))
-        env["CLOUD_ML_HP_METRIC_FILE"] = os.path.join(work_dir, "%s-%d" % (role, index), METRIC_FILE)
-        if trial_id:
-            env["CLOUD_ML_TRIAL_ID"] = trial_id
-        if site:  # the packages the executor image installed, before anything else on its path
-            env["PYTHONPATH"] = site
-        return env
-
-    cluster.task_env = task_env
+    cluster.task_env = _task_environment(cluster, counts, outputs, trial_id, site, work_dir)
     if site:  # as in the image: the package comes from what pip installed, not from a source tree here
         cluster.cwd = work_dir
-    environ = {
-        k: v for k, v in os.environ.items() if not k.startswith("AIP_") and k not in ("TF_CONFIG", "CLUSTER_SPEC")
-    }
-    cluster.env = dict(environ, PYTHONUNBUFFERED="1")
-    cluster.env.pop("CLOUD_ML_TRIAL_ID", None)
     os.makedirs(work_dir, exist_ok=True)
     cluster.start()
     try:

@@ -133,13 +133,7 @@ def check_executor_image(uri: str) -> None:
     )
 
 
-def job_options(training_input: dict, **given) -> JobOptions:
-    """The job's software, outputs, identity and schedule from the command's flags (``given``, JobOptions'
-    fields) and trainingInput's own fields, each written or refused.
-
-    Raises:
-      SpecError: naming the field or flag and the fix.
-    """
+def _refuse_legacy_fields(training_input: dict) -> None:
     for legacy in ("runtimeVersion", "pythonVersion"):
         if legacy in training_input:
             raise spec_lib.SpecError(
@@ -154,6 +148,10 @@ def job_options(training_input: dict, **given) -> JobOptions:
     module = training_input.get("pythonModule", MODULE)
     if module != MODULE:
         raise spec_lib.SpecError("trainingInput.pythonModule %r: the trainer is %s." % (module, MODULE))
+
+
+def _software(training_input: dict, given: dict):
+    """``(image, executor image, package URIs)``: the container by default, the package route on purpose."""
     image, executor = given.get("image_uri"), given.get("executor_image_uri")
     packages = list(given.get("package_uris") or ()) + list(training_input.get("packageUris") or ())
     if image and (executor or packages):
@@ -175,6 +173,11 @@ def job_options(training_input: dict, **given) -> JobOptions:
                 "--package-uri %r must be a gs:// URI of the sdist (python setup.py sdist) for "
                 "--executor-image-uri to install." % bad[0]
             )
+    return image, executor, tuple(packages)
+
+
+def _schedule(training_input: dict, given: dict):
+    """The flags' ``Scheduling`` with trainingInput.scheduling's fields in Vertex AI's names."""
     schedule = dict(given.get("schedule") or {})
     legacy = dict(training_input.get("scheduling") or {})
     for key in sorted(set(legacy) - set(LEGACY_SCHEDULING)):
@@ -184,13 +187,17 @@ def job_options(training_input: dict, **given) -> JobOptions:
         )
     for key, field in LEGACY_SCHEDULING.items():
         if key in legacy:
-            schedule[field] = _one(
-                "--timeout" if field == "timeout" else field, schedule.get(field), legacy[key], "scheduling." + key
-            )
-    tensorboard, account = (
-        given.get("tensorboard"),
-        _one("--service-account", given.get("service_account"), training_input.get("serviceAccount"), "serviceAccount"),
+            flag = "--timeout" if field == "timeout" else field
+            schedule[field] = _one(flag, schedule.get(field), legacy[key], "scheduling." + key)
+    return schedule or None
+
+
+def _identity(training_input: dict, given: dict):
+    """``(service account, network, TensorBoard instance)``, each checked for the form Vertex AI takes."""
+    account = _one(
+        "--service-account", given.get("service_account"), training_input.get("serviceAccount"), "serviceAccount"
     )
+    tensorboard = given.get("tensorboard")
     if tensorboard and not TENSORBOARD_NAME.match(tensorboard):
         raise spec_lib.SpecError(
             "--tensorboard %r must name a Vertex AI TensorBoard instance: "
@@ -207,12 +214,25 @@ def job_options(training_input: dict, **given) -> JobOptions:
             "network %r must be projects/PROJECT_NUMBER/global/networks/NAME (a network peered with Vertex AI)."
             % network
         )
+    return account, network, tensorboard
+
+
+def job_options(training_input: dict, **given) -> JobOptions:
+    """The job's software, outputs, identity and schedule from the command's flags (``given``, JobOptions'
+    fields) and trainingInput's own fields, each written or refused.
+
+    Raises:
+      SpecError: naming the field or flag and the fix.
+    """
+    _refuse_legacy_fields(training_input)
+    image, executor, packages = _software(training_input, given)
+    account, network, tensorboard = _identity(training_input, given)
     return JobOptions(
         image_uri=image,
         executor_image_uri=executor,
-        package_uris=tuple(packages),
+        package_uris=packages,
         base_output_dir=_one("--base-output-dir", given.get("base_output_dir"), training_input.get("jobDir"), "jobDir"),
-        schedule=schedule or None,
+        schedule=_schedule(training_input, given),
         service_account=account,
         network=network,
         tensorboard=tensorboard,
