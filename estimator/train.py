@@ -284,6 +284,8 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
     final_export = None
     if hp.export:
         final_export = exporters.export_final(hp, estimator_.latest_checkpoint())
+        if hp.model_export_dir:
+            exporters.copy_export(final_export, hp.model_export_dir)
     planner = job_hooks.planner
     test_hp, dropped = hp, []
     if planner is not None:
@@ -360,6 +362,8 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
     )
     if final_export:
         results["final_export"] = final_export
+        if hp.model_export_dir:
+            results["model_export_dir"] = hp.model_export_dir
     config.write_json(storage.join(hp.job_dir, RESULTS_FILE), results)
     try:
         logs.info("Curves: %s", summaries.write_curves(hp.job_dir))
@@ -441,6 +445,11 @@ def summary_lines(hp: hparams_lib.HParams, results: dict) -> list:
     ]
     if results.get("final_export"):
         lines.append("  exports:     %s (and the best by validation in export/best)" % results["final_export"])
+    if results.get("model_export_dir"):
+        lines.append(
+            "  Vertex AI:   %s (AIP_MODEL_DIR: the final model, for gcloud ai models upload)"
+            % results["model_export_dir"]
+        )
     lines.append("  TensorBoard: tensorboard --logdir %s" % hp.job_dir)
     return lines
 

@@ -11,8 +11,9 @@
 Writes the YAML that ``gcloud ai custom-jobs create --config`` (a ``CustomJobSpec``) or ``gcloud ai
 hp-tuning-jobs create --config`` (a ``HyperparameterTuningJob``) takes, then prints the exact gcloud
 command; ``local-run`` runs a written config on this machine as Vertex AI would
-(``estimator.cloud.rehearsal``); ``best-args`` writes best.args from a finished study's trials. AI Platform Training itself was shut down on 2025-01-31; its YAML stays
-the format (``estimator.tuning``). A job that would stop at start-up is refused before it is written.
+(``estimator.cloud.rehearsal``); ``best-args`` writes best.args from a finished study's trials. AI
+Platform Training itself was shut down on 2025-01-31; its YAML stays the format (``estimator.tuning``).
+A job that would stop at start-up is refused before it is written.
 """
 
 import argparse

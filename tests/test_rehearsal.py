@@ -75,6 +75,12 @@ def test_a_one_machine_spot_job_of_a_recipe_trains_where_vertex_ai_says(mini_rec
     assert "AIP_CHECKPOINT_DIR=%s/" % job_dir in out and "AIP_MODEL_DIR=%s/jobs/j1/model/" % bucket in out
     results = json.load(open(os.path.join(job_dir, "results.json")))
     assert results["global_step"] >= 1 and results["time_budget_secs"] == 20.0
+    # The final model also where Vertex AI's model registry takes it from (gcloud ai models upload).
+    model_dir = os.path.join(bucket, "jobs", "j1", "model")
+    assert results["model_export_dir"] == model_dir + "/" and os.path.exists(os.path.join(model_dir, "saved_model.pb"))
+    assert sorted(os.listdir(os.path.join(model_dir, "variables"))) == sorted(
+        os.listdir(os.path.join(results["final_export"], "variables"))
+    )
     hp = json.load(open(os.path.join(job_dir, "hparams.json")))["hparams"]
     assert hp["cluster"]["spec"] == {} and hp["recipe"] == "cpu_5min"
     # The recipe trains its final model on training and validation: nothing to report a tuning metric on.

@@ -43,6 +43,18 @@ def export_final(hp, checkpoint_path: str) -> str:
     return path
 
 
+def copy_export(export_dir: str, model_dir: str) -> str:
+    """Copies the SavedModel in ``export_dir`` to ``model_dir`` (its saved_model.pb at the top, where Vertex
+    AI's model registry looks: ``gcloud ai models upload --artifact-uri``), replacing what a run before left."""
+    for directory, _, files in tf.io.gfile.walk(export_dir):
+        target = os.path.join(model_dir, os.path.relpath(directory, export_dir))
+        tf.io.gfile.makedirs(target)
+        for name in files:
+            tf.io.gfile.copy(os.path.join(directory, name), os.path.join(target, name), overwrite=True)
+    v1.logging.info("Copied the final model to %s (Vertex AI's AIP_MODEL_DIR)", model_dir)
+    return model_dir
+
+
 class BestAccuracyExporter(tf.estimator.Exporter):
     """After each evaluation, exports the checkpoint if its validation accuracy is the best so far."""
 

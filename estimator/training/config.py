@@ -7,7 +7,9 @@ The one place that reads the environment for a run:
 * ``AIP_CHECKPOINT_DIR`` / ``AIP_MODEL_DIR``: Vertex AI's job directory when
   ``--job-dir`` is not given (already one per trial);
 * ``AIP_TENSORBOARD_LOG_DIR``: Vertex AI's TensorBoard directory, which gets
-  a copy of the summaries.
+  a copy of the summaries;
+* ``AIP_MODEL_DIR``: where Vertex AI's model registry takes a model from, which
+  gets a copy of the final export.
 
 ``resolve`` also checks the data (every split against its manifest, before
 any graph is built) and gives each tuning trial its own job directory.
@@ -35,6 +37,7 @@ from estimator.training import hparams as hparams_lib
 HPARAMS_FILE = "hparams.json"
 JOB_DIR_VARIABLES = ("AIP_CHECKPOINT_DIR", "AIP_MODEL_DIR")
 TENSORBOARD_VARIABLE = "AIP_TENSORBOARD_LOG_DIR"
+MODEL_VARIABLE = "AIP_MODEL_DIR"
 
 
 def job_dir_of(flag, environ) -> str:
@@ -86,6 +89,9 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
     tensorboard_dir = environ.get(TENSORBOARD_VARIABLE) or None
     if tensorboard_dir and tensorboard_dir.rstrip("/") == job_dir.rstrip("/"):
         tensorboard_dir = None  # the Estimator writes there already
+    model_export_dir = environ.get(MODEL_VARIABLE) or None
+    if model_export_dir and model_export_dir.rstrip("/") == job_dir.rstrip("/"):
+        model_export_dir = None  # the job dir itself (no AIP_CHECKPOINT_DIR): its export/ holds the model
     fields = {f for f in hparams_lib.HParams.__dataclass_fields__}
     values = {k: v for k, v in vars(args).items() if k in fields}
     values.update(
@@ -100,6 +106,7 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
         num_workers=cluster.num_workers,
         num_train_examples=num_train,
         tensorboard_dir=tensorboard_dir,
+        model_export_dir=model_export_dir,
     )
     cpu = probe_cache.cpu_info(environ=environ)
     if args.network == Network.AUTO:

@@ -178,12 +178,14 @@ class HParams:
     )
     # Resolved from the environment by estimator.training.config, not flags: where this
     # process stands in the job (TF_CONFIG; its trial), how many processes
-    # train, how many training images the data's manifest lists, and Vertex
-    # AI's TensorBoard directory, which gets a copy of the summaries.
+    # train, how many training images the data's manifest lists, Vertex
+    # AI's TensorBoard directory, which gets a copy of the summaries, and its
+    # model directory (AIP_MODEL_DIR), which gets a copy of the final export.
     cluster: Cluster = field(default_factory=Cluster)
     num_workers: int = 1
     num_train_examples: int = 0
     tensorboard_dir: str = None
+    model_export_dir: str = None
 
     def __post_init__(self):
         # Flags and hparams.json give the choices as strings: held as their enums (equal to the strings).
