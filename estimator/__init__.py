@@ -9,9 +9,11 @@ already has an unrelated ``estimator``.
 import os
 import time
 
-# When this process started (as near as Python gets): --time-budget counts the whole
-# command from here to results.json.
-STARTED = time.monotonic()
+from estimator.common.processes import seconds_since_start
+
+# When this process started, on the monotonic clock: --time-budget counts the whole command, the
+# interpreter's own start included, from here to its end.
+STARTED = time.monotonic() - seconds_since_start()
 
 __version__ = "0.3.0"
 

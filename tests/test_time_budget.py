@@ -588,3 +588,27 @@ def test_a_burst_at_start_up_does_not_stop_training(probe):
     assert not p.stopped_early and p.final_secs() == pytest.approx(8.0 + 18.75)
     assert 300 - 8 - 18.75 - 0.5 <= clock.now <= 300 - 8 - 18.75
     assert step > 0.8 * 8 * (300 - 40 - 26.75)
+
+
+def test_the_budget_counts_from_the_process_start_the_kernel_records(tmp_path):
+    """--time-budget's clock starts when the kernel started the process (its start in clock ticks after
+    boot, against the uptime), not when Python reached the package: the interpreter's start is the user's
+    time too."""
+    import os as os_
+
+    from estimator.common.processes import seconds_since_start
+
+    hz = os_.sysconf("SC_CLK_TCK")
+    fields = ["S"] + ["0"] * 18 + [str(250 * hz)] + ["0"] * 30  # field 22 (starttime) at 250 s after boot
+    stat, uptime = tmp_path / "stat", tmp_path / "uptime"
+    stat.write_text("4242 (python (odd) name) %s\n" % " ".join(fields))
+    uptime.write_text("253.75 1000.00\n")
+    assert seconds_since_start(str(stat), str(uptime)) == pytest.approx(3.75)
+    assert seconds_since_start(str(tmp_path / "missing"), str(uptime)) == 0.0
+    # This process: pytest ran a while before this test, and the package's clock starts at that start.
+    import time as clock
+
+    import estimator
+
+    assert seconds_since_start() > 0
+    assert estimator.STARTED <= clock.monotonic() - seconds_since_start() + 0.05

@@ -1,5 +1,5 @@
 """What the commands that start trainers share: the trainer's module, ``--`` in a
-command line, and ending a process group.
+command line, ending a process group, and how long this process has run.
 
 ``python -m estimator.tune``, ``estimator.local_cluster`` and
 ``estimator.vertex`` take their own flags, then ``--``, then the trainer's;
@@ -49,3 +49,19 @@ def stop_group(process: subprocess.Popen, grace: float = 10, sig=signal.SIGTERM)
         process.wait()
     except ProcessLookupError:
         pass
+
+
+def seconds_since_start(stat_path: str = "/proc/self/stat", uptime_path: str = "/proc/uptime") -> float:
+    """How long ago this process started, by the kernel's record of it (Linux: its start in clock ticks
+    after boot, against the uptime), so that a time budget counts the interpreter's own start too; 0.0
+    where the kernel does not say."""
+    try:
+        with open(stat_path) as f:
+            # The command name (field 2) may hold spaces: the fields after it start past its ")".
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(uptime_path) as f:
+            uptime = float(f.read().split()[0])
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+    return max(0.0, uptime - started)
