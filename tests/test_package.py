@@ -1,4 +1,4 @@
-"""The package the service installs: sdist, pip, a run outside the source tree, Python 3.7."""
+"""The package the service installs: sdist, pip, a run outside the source tree, Python 3.9 syntax, make's Python."""
 
 import glob
 import json
