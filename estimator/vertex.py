@@ -39,6 +39,8 @@ from estimator.tuning import report, trial_flags  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402
 
 KINDS = ("custom-job", "hp-tuning-job")
+# Where a study's trials share their speed probes' measurements, under its output directory.
+PROBE_CACHE_SUFFIX = "/probe-cache"
 USAGE = "usage: python -m estimator.vertex {custom-job,hp-tuning-job,local-run,best-args} ... (--help after one)"
 
 
@@ -130,6 +132,18 @@ def _trial_flags(trainer_flags, training_input, member_name):
     return trainer_flags + extra, notes
 
 
+def _shared_probe_cache(trainer_flags, base_output_dir):
+    """A study's trials, each on a new machine of one type, share the speed probes' measurements: the first
+    trial's timing serves the others (``--probe-cache`` under the study's output directory, unless given)."""
+    expanded = recipes.expand(trainer_flags)
+    if any(f == "--probe-cache" or f.startswith("--probe-cache=") for f in expanded):
+        return trainer_flags, []
+    job_dir = vertex_job.flag_value(expanded, "--job-dir")
+    directory = (job_dir or base_output_dir).rstrip("/") + PROBE_CACHE_SUFFIX
+    note = "the trials share their speed probes' measurements in %s (--probe-cache)" % directory
+    return trainer_flags + ["--probe-cache", directory], [note]
+
+
 def write_config(kind: str, argv) -> int:
     own, trainer_flags = processes.split_argv(argv)
     args = _parser(kind).parse_args(own)
@@ -159,6 +173,8 @@ def write_config(kind: str, argv) -> int:
             study_spec = spec_lib.study_spec(training_input, flags.flag_names())
             machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}
             trainer_flags, notes = _trial_flags(trainer_flags, machines, args.network_member)
+            trainer_flags, shared = _shared_probe_cache(trainer_flags, options.base_output_dir)
+            notes += shared
             trainer_flags = vertex_job.job_args(trainer_flags, machines, options.base_output_dir)
             config = vertex_study.hyperparameter_tuning_job(
                 machines, study_spec, trainer_flags, args.display_name, options
@@ -279,7 +295,10 @@ def best_args(argv) -> int:
     for t, v, m in trials:
         print("trial %s: %s %.4f with %s" % (t, metric["metricId"], m, " ".join("--%s=%s" % kv for kv in v.items())))
     pool = config["trialJobSpec"]["workerPoolSpecs"][0]
-    given = trial_flags.given((pool.get("containerSpec") or pool.get("pythonPackageSpec"))["args"])
+    trial_args = (pool.get("containerSpec") or pool.get("pythonPackageSpec"))["args"]
+    if trial_args[-2:-1] == ["--probe-cache"] and trial_args[-1].endswith(PROBE_CACHE_SUFFIX):
+        trial_args = trial_args[:-2]  # what _shared_probe_cache added for the trials
+    given = trial_flags.given(trial_args)
     path = report.write_best_args(
         args.output,
         given,

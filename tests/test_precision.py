@@ -139,3 +139,42 @@ def test_checkpoints_carry_over_between_precisions(mini_records, tmp_path):
     scalars = json.loads(json.dumps({k: v for k, v in result.items() if np.ndim(v) == 0}, default=float))
     assert scalars["eval_examples"] == 1017 and scalars["global_step"] == 2
     assert result["confusion_matrix"].shape == (10, 10) and result["confusion_matrix"].sum() == 1017
+
+
+def test_the_probes_measurements_travel_through_cloud_storage_and_a_bad_cache_costs_only_a_probe(gcs, tmp_path):
+    """--probe-cache gs://...: what one job (or trial) measured, the next reads instead of measuring; a cache
+    that cannot be written or read costs the probe again, never the job."""
+    from estimator.ops import probe_cache
+
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"train": 123.4}
+
+    path = probe_cache.cache_path("training_speed_probe.json", gcs + "/probe-cache")
+    assert path == gcs + "/probe-cache/training_speed_probe.json"
+    assert probe_cache.cached_probe(path, "cpu|net", ("train",), measure) == ({"train": 123.4}, True)
+    assert probe_cache.cached_probe(path, "cpu|net", ("train",), measure) == ({"train": 123.4}, False)
+    assert len(calls) == 1
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the cache's directory should be")
+    unwritable = probe_cache.cache_path("training_speed_probe.json", str(blocked))
+    for _ in range(2):  # measured each time: nothing could be kept
+        assert probe_cache.cached_probe(unwritable, "cpu|net", ("train",), measure) == ({"train": 123.4}, True)
+    assert len(calls) == 3
+    garbled = tmp_path / "garbled.json"
+    garbled.write_text("{not json")
+    assert probe_cache.cached_probe(str(garbled), "cpu|net", ("train",), measure)[1] is True
+
+
+def test_the_probe_cache_is_resolved_once_and_recorded(mini_records, tmp_path):
+    from estimator.training import config
+
+    base = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0"]
+    hp, _ = config.parse(base, environ={"CIFAR10_CACHE_DIR": "/srv/probes"})
+    assert hp.probe_cache == "/srv/probes" and config.describe(hp)["hparams"]["probe_cache"] == "/srv/probes"
+    hp, _ = config.parse(base + ["--probe-cache", "gs://b/probes"], environ={"CIFAR10_CACHE_DIR": "/srv/probes"})
+    assert hp.probe_cache == "gs://b/probes"
+    hp, _ = config.parse(base, environ={"HOME": str(tmp_path)})
+    assert hp.probe_cache.endswith("/.cache/cifar10-resnet-estimator")

@@ -356,11 +356,13 @@ def test_a_recipe_the_trainer_would_refuse_in_the_jobs_cluster_is_refused_before
     code, job = generate(tmp_path, *study, "--network-member", "airbench94 x0.5", "--", *trainer)
     assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1HyperparameterTuningJob") == []
     [pool] = job["trialJobSpec"]["workerPoolSpecs"]
-    assert (
-        pool["containerSpec"]["args"]
-        == trainer + ["--train-subsets", "train"] + family.member("airbench94 x0.5").flags()
-    )
+    # ... and share the speed probes' measurements under the study's output directory (each trial is a new
+    # machine of one type: the first trial's timing serves the rest).
+    member = family.member("airbench94 x0.5").flags()
+    shared = ["--probe-cache", "gs://bucket/jobs/j1/probe-cache"]
+    assert pool["containerSpec"]["args"] == trainer + ["--train-subsets", "train"] + member + shared
     out = capsys.readouterr().out
+    assert "note: the trials share their speed probes' measurements in gs://bucket/jobs/j1/probe-cache" in out
     assert "note: the trials train on the training split alone and report accuracy on the validation split" in out
     names = [p["parameterId"] for p in job["studySpec"]["parameters"]]
     assert names == ["learning-rate", "weight-decay", "label-smoothing", "momentum", "batch-norm-decay", "crop-padding"]

@@ -333,7 +333,7 @@ def job_cluster(pools, role: str = "chief") -> Cluster:
     return Cluster(spec=spec, task_type="chief" if role == "master" else role, task_index=0)
 
 
-def _value(args, flag):
+def flag_value(args, flag):
     """The value of FLAG (``--x v`` or ``--x=v``) in ARGS, the last one winning; None when absent."""
     found = None
     for i, arg in enumerate(args):
@@ -398,8 +398,8 @@ def job_args(trainer_args, training_input: dict, base_output_dir: str = None) ->
             ("--time-budget", "plans the steps of one process, and the chief cannot time its workers", "--train-steps"),
             ("--network auto", "chooses the network for a --time-budget", "--network airbench"),
         ]
-        budget = _value(seen, "--time-budget") is not None
-        auto = _value(seen, "--network") == "auto"
+        budget = flag_value(seen, "--time-budget") is not None
+        auto = flag_value(seen, "--network") == "auto"
         for (flag, why, instead), given in zip(refused, (budget, auto)):
             if given:
                 raise spec_lib.SpecError(
@@ -408,13 +408,13 @@ def job_args(trainer_args, training_input: dict, base_output_dir: str = None) ->
                     % (flag, where, why, ", ".join("%d %s" % c for c in cluster), instead)
                 )
     for flag in ("--data-dir", "--job-dir"):
-        value = _value(seen, flag)
+        value = flag_value(seen, flag)
         if value is not None and not value.startswith(("gs://", "/gcs/")):
             raise spec_lib.SpecError(
                 "%s %s is a directory of this machine, which the job's machines cannot see: give a gs:// path "
                 "(docs/cloud.md uploads the records)." % (flag, value)
             )
-    if _value(seen, "--job-dir") is None and not base_output_dir:
+    if flag_value(seen, "--job-dir") is None and not base_output_dir:
         raise spec_lib.SpecError(
             "this job has no place for its outputs: Vertex AI sets AIP_MODEL_DIR and AIP_CHECKPOINT_DIR only for a "
             "job with a base output directory: give --base-output-dir gs://BUCKET/jobs/NAME (or --job-dir gs://... "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from estimator.cloud.vertex_job import JobOptions, custom_job_spec
+from estimator.cloud.vertex_job import JobOptions, custom_job_spec, flag_value
 from estimator.common import storage
 from estimator.tuning import spec as spec_lib
 
@@ -53,23 +53,13 @@ def hyperparameter_tuning_job(
     }
 
 
-def _job_dir_flag(args):
-    found = None
-    for i, arg in enumerate(args):
-        if arg == "--job-dir" and i + 1 < len(args):
-            found = args[i + 1]
-        elif arg.startswith("--job-dir="):
-            found = arg.split("=", 1)[1]
-    return found
-
-
 def trial_dir(config: dict, trial_id: str) -> str:
     """Where trial TRIAL_ID of the HyperparameterTuningJob CONFIG wrote: the trainer's job dir, Vertex AI's
     per-trial AIP_CHECKPOINT_DIR (``baseOutputDirectory/<trial>/checkpoints``), or ``--job-dir``/<trial>."""
     job = config["trialJobSpec"]
     pool = job["workerPoolSpecs"][0]
     args = (pool.get("containerSpec") or pool.get("pythonPackageSpec") or {}).get("args") or []
-    job_dir = _job_dir_flag(args)
+    job_dir = flag_value(args, "--job-dir")
     if job_dir:
         return storage.join(job_dir, trial_id)
     base = (job.get("baseOutputDirectory") or {}).get("outputUriPrefix")

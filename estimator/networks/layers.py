@@ -34,6 +34,7 @@ class ResNet(object):
         batch_norm_decay: float,
         batch_norm_epsilon: float,
         precision: str = "fp32",
+        probe_cache: str = None,
     ):
         """
         Args:
@@ -44,6 +45,7 @@ class ResNet(object):
           batch_norm_epsilon: added to the variance to avoid dividing by zero.
           precision: ``fp32``, ``bf16`` or ``fp16``: the compute dtype of the
             convolutions (``COMPUTE_DTYPES``); variables stay float32.
+          probe_cache: the directory of the filter-gradient probe's measurements (``--probe-cache``).
         """
         if data_format not in DATA_FORMATS:
             raise ValueError("data_format %r is not one of %s." % (data_format, DATA_FORMATS))
@@ -54,6 +56,7 @@ class ResNet(object):
         self._data_format = data_format
         self._batch_norm_decay = batch_norm_decay
         self._batch_norm_epsilon = batch_norm_epsilon
+        self._probe_cache = probe_cache
         # What the health rules look at (estimator.health.probes): the input
         # after the network's own scaling, and every ReLU's output.
         self.scaled_input = None
@@ -107,7 +110,7 @@ class ResNet(object):
         """``tf.nn.conv2d`` in the model's data format; in training, its kernel's gradient is computed
         as matrix products where that was measured faster (``filter_gradient``)."""
         data_format = "NCHW" if self._nchw else "NHWC"
-        return filter_gradient.conv2d(x, kernel, strides, padding, data_format, self._is_training)
+        return filter_gradient.conv2d(x, kernel, strides, padding, data_format, self._is_training, self._probe_cache)
 
     def _batch_norm(self, x, name: str = "bn", zero_gamma: bool = False, scale: bool = True):
         """Batch norm; ``zero_gamma`` starts its scale at 0 (the branch starts as nothing);

@@ -47,6 +47,7 @@ def build(hp, is_training: bool, precision: str = None, whitening=None, serving:
             whitening=whitening,
             group_depth=hp.group_depth,
             fused_activation=not serving,
+            probe_cache=hp.probe_cache,
         )
     if hp.network != Network.RESNET:
         raise ValueError("network %r is not one of %s." % (hp.network, ", ".join(NETWORKS)))
@@ -60,6 +61,7 @@ def build(hp, is_training: bool, precision: str = None, whitening=None, serving:
         precision=precision,
         width_multiplier=hp.width_multiplier,
         zero_init_residual=hp.zero_init_residual,
+        probe_cache=hp.probe_cache,
     )
 
 

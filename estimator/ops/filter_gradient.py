@@ -164,12 +164,14 @@ def faster_sides(x_shape, kernel_shape, dtype, choose_fn=None) -> list:
     return [side for side in sides if choose_fn((batch, side, side, in_channels), kernel_shape, dtype) == MATMULS]
 
 
-def conv2d(x, kernel, strides: int, padding: str, data_format: str, training: bool):
+def conv2d(x, kernel, strides: int, padding: str, data_format: str, training: bool, cache_dir: str = None):
     """``tf.nn.conv2d``, whose kernel gradient is computed as matrix products on the maps where that was
-    measured faster for this shape on this CPU (training graphs only)."""
+    measured faster for this shape on this CPU (training graphs only; the measurements kept in the
+    directory ``cache_dir``, by default ``probe_cache.default_directory()``)."""
     x_shape, kernel_shape = tuple(x.shape.as_list()), tuple(kernel.shape.as_list())
     if training and is_candidate(x_shape, kernel_shape, x.dtype, strides, padding, data_format):
-        sides = faster_sides(x_shape, kernel_shape, x.dtype)
+        cache_file = probe_cache.cache_path(CACHE_FILE, cache_dir)
+        sides = faster_sides(x_shape, kernel_shape, x.dtype, lambda *shape: choose(*shape, cache_file=cache_file))
         if sides:
             return conv2d_matmul_gradient(x, kernel, None if None not in x_shape else sides)
     return tf.nn.conv2d(x, kernel, strides, padding, data_format=data_format)

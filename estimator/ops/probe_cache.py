@@ -2,18 +2,23 @@
 
 The probes (``--precision auto`` and the evaluation's speed in ``estimator.training.precision``,
 bf16 filter gradients in ``estimator.ops.filter_gradient``) time real graphs once per machine and
-keep the figures in one JSON file each under ``~/.cache/cifar10-resnet-estimator``
-(``$CIFAR10_CACHE_DIR`` overrides the directory), so later runs decide at once. This module
-imports nothing of the package.
+keep the figures in one JSON file each in a directory (the trainer's ``--probe-cache``, a local or
+``gs://`` one; by default ``$CIFAR10_CACHE_DIR``, else ``~/.cache/cifar10-resnet-estimator``), so
+later runs decide at once: a series of jobs, or a study's trials, that name one directory share what
+the first measured. A cache that cannot be read or written costs a probe, never the job. This module
+imports nothing of the package but its storage.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import time
+
+from estimator.common import storage
 
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -90,30 +95,35 @@ def native_bf16(cpu: dict) -> bool:
     return has_flags and cpu.get("isa", "") in BF16_ISAS
 
 
-def cache_path(name: str) -> str:
-    base = os.environ.get("CIFAR10_CACHE_DIR") or os.path.join(
+DIRECTORY_VARIABLE = "CIFAR10_CACHE_DIR"
+
+
+def default_directory(environ=None) -> str:
+    """The probes' directory when none is named: ``$CIFAR10_CACHE_DIR``, else the user's cache directory."""
+    environ = os.environ if environ is None else environ
+    return environ.get(DIRECTORY_VARIABLE) or os.path.join(
         os.path.expanduser("~"), ".cache", "cifar10-resnet-estimator"
     )
-    return os.path.join(base, name)
+
+
+def cache_path(name: str, directory: str = None) -> str:
+    """The file of cache NAME in DIRECTORY (a local or gs:// one; default ``default_directory()``)."""
+    return storage.join(directory or default_directory(), name)
 
 
 def _read_cache(path: str) -> dict:
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        return json.loads(storage.read_text(path)) if storage.exists(path) else {}
+    except Exception as e:  # noqa: BLE001 - any storage error: the probe is measured instead
+        logging.getLogger("tensorflow").warning("speed probes: cannot read %s (%s): measuring", path, e)
         return {}
 
 
 def _write_cache(path: str, cache: dict) -> None:
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        temporary = "%s.tmp-%d" % (path, os.getpid())
-        with open(temporary, "w") as f:
-            json.dump(cache, f, indent=2, sort_keys=True)
-        os.replace(temporary, path)
-    except OSError:
-        pass  # a cache we cannot write costs a probe next time, nothing more
+        storage.write_text(path, json.dumps(cache, indent=2, sort_keys=True))
+    except Exception as e:  # noqa: BLE001 - a cache we cannot write costs a probe next time, nothing more
+        logging.getLogger("tensorflow").warning("speed probes: cannot write %s (%s)", path, e)
 
 
 def cached_probe(path: str, key: str, names, measure):

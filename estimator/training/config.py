@@ -9,7 +9,8 @@ The one place that reads the environment for a run:
 * ``AIP_TENSORBOARD_LOG_DIR``: Vertex AI's TensorBoard directory, which gets
   a copy of the summaries;
 * ``AIP_MODEL_DIR``: where Vertex AI's model registry takes a model from, which
-  gets a copy of the final export.
+  gets a copy of the final export;
+* ``CIFAR10_CACHE_DIR``: the speed probes' directory when ``--probe-cache`` names none.
 
 ``resolve`` also checks the data (every split against its manifest, before
 any graph is built) and gives each tuning trial its own job directory.
@@ -107,6 +108,7 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
         num_train_examples=num_train,
         tensorboard_dir=tensorboard_dir,
         model_export_dir=model_export_dir,
+        probe_cache=args.probe_cache or probe_cache.default_directory(environ),
     )
     cpu = probe_cache.cpu_info(environ=environ)
     if args.network == Network.AUTO:

@@ -212,6 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
     )
     flag(
+        "--probe-cache",
+        "Where the speed probes (--precision auto, --network auto, --time-budget's evaluation speed, bf16 "
+        "filter gradients) keep what they measured, a local or gs:// directory: jobs and a study's trials "
+        "that name one share the first one's measurements, as in the cloud every job starts on a new machine "
+        "(default: $CIFAR10_CACHE_DIR, else ~/.cache/cifar10-resnet-estimator).",
+        default=None,
+    )
+    flag(
         "--train-subsets",
         "What training reads. 'train validation' trains a final model on 50,000 images (He et al.): then there "
         "is no validation evaluation, tuning report or best-by-validation export.",

@@ -51,6 +51,9 @@ class HParams:
     job_dir: str
     # --recipe: the recipe whose flags the command line starts from (a name, or a file), or None.
     recipe: str = None
+    # --probe-cache: where the speed probes keep their measurements (local or gs://); resolved by
+    # estimator.training.config to $CIFAR10_CACHE_DIR, else ~/.cache/cifar10-resnet-estimator.
+    probe_cache: str = None
     variable_strategy: VariableStrategy = VariableStrategy.CPU
     num_gpus: int = 1
     num_cpu_towers: int = 0

@@ -123,7 +123,7 @@ def evaluation_speedup(hp, cpu=None, timers=(time_training_steps, time_evaluatio
       ``(ratio, probe)``: the ratio, and ``{"train": images/s, "eval": images/s}`` as measured.
     """
     cpu = cpu or cpu_info()
-    path = cache_file or cache_path(EVAL_CACHE_FILE)
+    path = cache_file or cache_path(EVAL_CACHE_FILE, hp.probe_cache)
     key = "|".join((cache_key(cpu, hp), hp.precision, str(hp.eval_batch_size // len(hp.towers))))
     train, evaluate = timers
     probe, _ = cached_probe(
@@ -139,7 +139,7 @@ def training_speed(hp, cpu=None, timer=time_training_steps, cache_file=None) -> 
     """Training images/s of ``hp``'s network in ``hp.precision`` on this CPU (a few steps; cached like the
     other probes): what ``--network auto`` compares the family's members by."""
     cpu = cpu or cpu_info()
-    path = cache_file or cache_path(TRAIN_CACHE_FILE)
+    path = cache_file or cache_path(TRAIN_CACHE_FILE, hp.probe_cache)
     key = "|".join((cache_key(cpu, hp), hp.precision))
     probe, _ = cached_probe(path, key, ("train",), lambda: {"train": round(timer(hp, hp.precision), 1)})
     return probe["train"]
@@ -154,7 +154,7 @@ def choose(hp, cpu=None, timer=time_training_steps, cache_file=None):
     cpu = cpu or cpu_info()
     if not native_bf16(cpu):
         return "fp32", {}
-    path = cache_file or cache_path(CACHE_FILE)
+    path = cache_file or cache_path(CACHE_FILE, hp.probe_cache)
     probe, _ = cached_probe(
         path, cache_key(cpu, hp), CANDIDATES, lambda: {p: round(timer(hp, p), 1) for p in CANDIDATES}
     )
