@@ -16,6 +16,8 @@ from tests.helpers import REPO, SMALL_AIRBENCH, run_module
 
 IMAGE = "us-central1-docker.pkg.dev/p/r/cifar10-estimator:cpu"
 BUCKET = "gs://my-bucket"
+# The 5-minute recipe in 20 s on small batches: a job of the recipe's shape that trains in seconds.
+SHORT_RECIPE = ["--recipe", "cpu_5min", "--time-budget", "20s", "--train-batch-size", "64", "--eval-batch-size", "339"]
 
 
 def write(tmp_path, kind, config, *flags, trainer=()):
@@ -56,7 +58,6 @@ def test_a_one_machine_spot_job_of_a_recipe_trains_where_vertex_ai_says(mini_rec
     """docs/cloud.md's one-machine job (cpu_config.yaml, a recipe, on Spot VMs): Vertex AI gives a job of one
     machine a TF_CONFIG naming it chief of a cluster of one; the trainer trains alone, plans its budget, and
     writes to AIP_CHECKPOINT_DIR under the base output directory."""
-    trainer = ["--recipe", "cpu_5min", "--time-budget", "20s", "--train-batch-size", "64", "--eval-batch-size", "339"]
     config = write(
         tmp_path,
         "custom-job",
@@ -66,7 +67,7 @@ def test_a_one_machine_spot_job_of_a_recipe_trains_where_vertex_ai_says(mini_rec
         "1h",
         "--base-output-dir",
         BUCKET + "/jobs/j1",
-        trainer=trainer + ["--data-dir", BUCKET + "/cifar-10-data"],
+        trainer=SHORT_RECIPE + ["--data-dir", BUCKET + "/cifar-10-data"],
     )
     assert yaml.safe_load(open(config))["scheduling"] == {"strategy": "SPOT", "timeout": "3600s"}
     code, out, bucket = local_run(tmp_path, config, mini_records)
@@ -120,7 +121,6 @@ def test_a_parameter_server_cluster_trains_and_its_chief_reports(mini_records, t
 
 @pytest.mark.slow
 def test_a_trial_of_a_study_of_a_recipe_trains_on_the_training_split_and_reports(mini_records, tmp_path):
-    trainer = ["--recipe", "cpu_5min", "--time-budget", "20s", "--train-batch-size", "64", "--eval-batch-size", "339"]
     config = write(
         tmp_path,
         "hp-tuning-job",
@@ -129,7 +129,7 @@ def test_a_trial_of_a_study_of_a_recipe_trains_on_the_training_split_and_reports
         BUCKET + "/studies/s1",
         "--network-member",
         "airbench94 x0.25",
-        trainer=trainer + ["--data-dir", BUCKET + "/cifar-10-data"],
+        trainer=SHORT_RECIPE + ["--data-dir", BUCKET + "/cifar-10-data"],
     )
     code, out, bucket = local_run(tmp_path, config, mini_records, "--trial", "7", "--param", "crop-padding=3")
     assert code == 0, out[-3000:]
