@@ -5,7 +5,9 @@
   YAML, as the service read it; the one owner of that format.
 * ``study``: runs a study on this machine: Optuna decides, each trial is a
   ``python -m estimator.cifar10_main`` process as the service ran it.
-* ``report``: the study's table, ``trials.csv`` and ``study.png``.
+* ``report``: the study's table, ``trials.csv``, ``study.png`` and ``best.args``.
+* ``trial_flags``: what a study adds to its trials' flags (the training split, one member), locally and
+  on Vertex AI alike.
 
 Entry point: ``python -m estimator.tune``; the same study on Vertex AI: ``estimator.cloud.vertex_study``.
 """
