@@ -14,11 +14,14 @@ from tests.helpers import events, run_job, run_main
 
 pytestmark = pytest.mark.slow
 
-# The learning check's settings: ResNet-20, batch 128, batch-norm decay 0.9 so
-# the moving averages keep up within a few hundred steps (../shared/TF215-NOTES.md).
+# The learning check's settings: the quarter-width airbench network (the recipes' family, 20.7 MFLOP per
+# image against ResNet-20's 41), 400 steps of 64 images (6 epochs of the 4,068 real training images),
+# batch-norm decay 0.9 so the moving averages keep up within a few hundred steps. Measured on a Zen 5,
+# 2026-11-26: 56.7% test accuracy in 17 s (58.9% held to AVX2), against ResNet-20's 400 steps of 128 in 60 s
+# (93 s held to AVX2); with the labels shuffled 8.4% and the loss rule's warning at step 200, both ways.
 LEARN = (
-    "--num-gpus 0 --num-layers 20 --train-steps 400 --batch-norm-decay 0.9 --seed 1 "
-    "--log-every-n-steps 100 --health-loss-window 100"
+    "--num-gpus 0 --network airbench --width-multiplier 0.25 --train-batch-size 64 --eval-batch-size 339 "
+    "--train-steps 400 --batch-norm-decay 0.9 --seed 1 --log-every-n-steps 100 --health-loss-window 100"
 ).split()
 
 
@@ -39,7 +42,7 @@ def shuffled_records(tmp_path_factory, mini_archive):
     return str(tmp / "data")
 
 
-def test_resnet20_learns_real_images(mini_records, tmp_path):
+def test_a_network_learns_real_images(mini_records, tmp_path):
     rc, log = run_job(mini_records, str(tmp_path / "job"), *LEARN)
     assert rc == 0, log[-3000:]
     results = json.load(open(str(tmp_path / "job" / "results.json")))
