@@ -40,7 +40,7 @@ class ResNet(object):
         Args:
           is_training: batch norm uses batch statistics and records moving averages.
           data_format: ``channels_first`` (NCHW, fastest on GPUs) or ``channels_last``
-            (NHWC, 3.5x faster on this CPU: ../shared/TF215-NOTES.md).
+            (NHWC, 3.5x faster on the CPU: docs/speed.md).
           batch_norm_decay: decay of the moving mean and variance.
           batch_norm_epsilon: added to the variance to avoid dividing by zero.
           precision: ``fp32``, ``bf16`` or ``fp16``: the compute dtype of the

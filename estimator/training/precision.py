@@ -2,7 +2,7 @@
 
 bf16 pays only where the CPU computes it natively (AVX512-BF16 or AMX): on
 an AVX2-only CPU TensorFlow emulates it and trains 16x slower than fp32
-(../shared/TF215-NOTES.md), while on a Xeon with AMX it trained ResNet-20 at
+(docs/speed.md), while on a Xeon with AMX it trained ResNet-20 at
 1.45x fp32's speed here. So ``choose`` never picks bf16 where the CPU's flags
 lack native support (and then times nothing), and otherwise times a few
 training steps of the real network in each precision and takes the faster.

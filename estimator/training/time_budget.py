@@ -48,7 +48,7 @@ WARMUP_STEPS = 10
 # Evaluation runs this many times as many images per second as training (forward
 # only, large batches). The trainer times the ratio on the CPU at hand
 # (precision.evaluation_speedup: 3.4x for the airbench network in fp32 on an AVX2-only
-# EPYC, 530 against 156 images/s, ../shared/TF215-NOTES.md); this guess is for GPUs,
+# EPYC, 530 against 156 images/s, docs/speed.md); this guess is for GPUs,
 # where it is not timed.
 EVAL_SPEEDUP = 4.0
 # Plan with this share of the measured ratio, a margin for the probe's few batches: the real
