@@ -611,4 +611,4 @@ def test_the_budget_counts_from_the_process_start_the_kernel_records(tmp_path):
     import estimator
 
     assert seconds_since_start() > 0
-    assert estimator.STARTED <= clock.monotonic() - seconds_since_start() + 0.05
+    assert estimator.STARTED <= clock.monotonic() - seconds_since_start() + 0.5  # clocks of 10 ms ticks
