@@ -26,7 +26,7 @@ from estimator.health import nonfinite
 from estimator.networks import registry
 from estimator.reporting import summaries
 from estimator.serving import exporters
-from estimator.training import config, hooks, precision, time_budget
+from estimator.training import config, hooks, time_budget
 from estimator.training import hparams as hparams_lib
 from estimator.training.model_fn import model_fn
 
@@ -165,17 +165,24 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
         state = time_budget.BudgetState(hp.time_budget)
     probe = hp.precision_probe or {}
     guess = probe.get(hp.precision) or time_budget.GUESS_IMAGES_PER_SEC
-    speedup = time_budget.EVAL_SPEEDUP
+    speedup = time_budget.EVAL_SPEEDUP if hp.num_gpus else time_budget.CPU_EVAL_SPEEDUP
     probe_rate = None
-    if hp.num_gpus == 0:
-        # Timed on this CPU (cached after the first run): the time the final evaluations take.
-        ratio, timed = precision.evaluation_speedup(hp)
+    if hp.speed_probe:
+        # Resolved with the configuration (training.precision.network_speed): the time the final
+        # evaluations take here.
+        speed = hp.speed_probe
+        guess = speed["train"]
+        ratio = speed["eval"] / speed["train"]
         speedup = time_budget.MEASURED_EVAL_SPEEDUP_SHARE * ratio
-        probe_rate = timed["train"]  # one tower's batches: towers on the CPU share its cores
+        if speed.get("how") == "timed":
+            probe_rate = speed["train"]  # one tower's batches: towers on the CPU share its cores
         logs.info(
-            "time budget: evaluation runs %.1fx training's images/s here (%s img/s); planning with %.1fx",
+            "time budget: evaluation runs %.1fx training's images/s here (train %.0f, eval %.0f img/s, %s); "
+            "planning with %.1fx",
             ratio,
-            ", ".join("%s %.0f" % kv for kv in sorted(timed.items())),
+            speed["train"],
+            speed["eval"],
+            speed.get("how", "timed"),
             speedup,
         )
     always, views = evaluation_images(hp)

@@ -175,10 +175,12 @@ def test_timing_runs_both_gradients():
     assert set(timing) == {fg.NATIVE, fg.MATMULS} and all(ms > 0 for ms in timing.values())
 
 
-def _filter_gradient_ops(params, training=True):
+def _filter_gradient_ops(params, training=True, plan="measured"):
+    """Conv2DBackpropFilter ops of a training step of ``params``'s network built with ``plan`` (by default
+    a ``Measured`` one; None: the one ``params`` recorded)."""
     with tf.Graph().as_default():
         with v1.variable_scope("resnet"):
-            model = registry.build(params, training)
+            model = registry.build(params, training, filter_gradients=fg.Measured() if plan == "measured" else plan)
             logits = model.forward_pass(tf.random.uniform([2, 32, 32, 3], 0, 255, seed=1))
         kernels = [v for v in v1.trainable_variables() if v.op.name.endswith("kernel") and v.shape.ndims == 4]
         grads = tf.gradients(tf.reduce_sum(logits), kernels)
@@ -211,6 +213,24 @@ def test_airbench_trains_its_wide_small_convolutions_with_the_measured_gradient(
     assert _filter_gradient_ops(hp(network="airbench", width_multiplier=0.5)) == 6
     assert _filter_gradient_ops(params, training=False) == 6
     assert json.loads(path.read_text()) == cache
+
+
+def test_a_recorded_plan_builds_the_measured_graph_without_timing_or_reading_a_cache(tmp_path, monkeypatch):
+    params = hp(network="airbench", width_multiplier=0.5, precision="bf16")
+    timed = []
+    plan = fg.Measured(choose_fn=lambda *shape: timed.append(shape) or fg.NATIVE)
+    assert _filter_gradient_ops(params, plan=plan) == 6
+    assert {shape[0] for shape in timed} == {(2, 7, 7, 128), (2, 3, 3, 128)}  # the three candidates' maps
+    monkeypatch.setattr(fg, "choose", lambda *a, **k: pytest.fail("a recorded plan times nothing"))
+    monkeypatch.setenv("CIFAR10_CACHE_DIR", str(tmp_path / "none"))
+    assert _filter_gradient_ops(params.replace(filter_gradients={"3x3x128x128": [7]}), plan=None) == 4
+    assert _filter_gradient_ops(params.replace(filter_gradients={"3x3x128x128": [3, 7]}), plan=None) == 3
+    assert _filter_gradient_ops(params.replace(filter_gradients={"3x3x128x128": [5]}), plan=None) == 6
+    assert _filter_gradient_ops(params.replace(filter_gradients={}), plan=None) == 6
+    assert _filter_gradient_ops(params.replace(filter_gradients={"3x3x128x128": [3, 7]}), False, plan=None) == 6
+    measured = fg.Measured(choose_fn=lambda x_shape, *_: fg.MATMULS if x_shape[1] == 7 else fg.NATIVE)
+    _filter_gradient_ops(params, plan=measured)
+    assert measured.plan == {"3x3x128x128": [7]} and fg.Recorded(measured.plan).plan == measured.plan
 
 
 def test_native_only_turns_the_matrix_products_off_and_back_on(tmp_path, monkeypatch):
@@ -270,7 +290,7 @@ def test_a_progressively_resized_network_times_every_small_square_map_once(tmp_p
     params = hp(network="airbench", width_multiplier=0.5, precision="bf16")
     with tf.Graph().as_default():
         with v1.variable_scope("resnet"):
-            model = registry.build(params, True)
+            model = registry.build(params, True, filter_gradients=fg.Measured())
             side = v1.placeholder_with_default(20, [])
             images = tf.image.resize(tf.random.uniform([2, 32, 32, 3], 0, 255), tf.stack([side, side]))
             assert images.shape.as_list() == [2, None, None, 3]

@@ -51,12 +51,23 @@ def test_a_fast_machine_takes_a_larger_member_and_a_slow_one_a_smaller():
     assert name == "airbench94" and record["why"].startswith("no member reaches")
 
 
-def test_only_members_that_could_win_are_timed():
-    # 0.85 x 300 - 15 = 240 s; at 1.5x 160 images/s airbench96 would train 1.2 epochs, its table starts at 8.
-    assert not family.worth_timing("airbench96", 300, 160.0, 50000, table=TABLE)
-    assert family.worth_timing("airbench96", 1800, 400.0, 50000, table=TABLE)
-    assert not family.worth_timing("airbench94 x0.25", 1800, 400.0, 50000, table=TABLE)  # no table rows
-    assert family.estimated_rate("airbench94", 1000.0) == pytest.approx(1000.0 * 67.4 / 240.7)
+def test_only_members_whose_estimate_leaves_the_choice_open_are_timed():
+    def open_ones(budget, reference, **estimates):
+        rates = {"airbench94 x0.5": (reference, "timed")}
+        rates.update({name.replace("_", " "): (rate, "estimated") for name, rate in estimates.items()})
+        return family.worth_timing(budget, rates, 50000, table=TABLE)
+
+    # 240 s of training. Slow: the reference's 3.84 epochs expect 0.794; airbench94 at 220 images/s even
+    # 1.25x faster (1.32 epochs) expects 0.608, airbench96 nothing: both lose at either end, untimed.
+    assert open_ones(300, 800.0, airbench94=220.0, airbench96=160.0) == []
+    # Fast: airbench94's 6.7 epochs expect 0.853-0.872 within the spread, the reference 0.86: timed.
+    assert open_ones(300, 4000.0, airbench94=1400.0, airbench96=1000.0) == ["airbench94"]
+    # 30 minutes: airbench96 (24-38 epochs: 0.908-0.92) beats airbench94's 0.90 at either end: it wins
+    # from its estimate, and neither is timed.
+    assert open_ones(1800, 4000.0, airbench94=1400.0, airbench96=1000.0) == []
+    assert family.worth_timing(300, {"airbench94 x0.5": (800.0, "timed")}, 50000, table=TABLE) == []
+    m = family.member("airbench94")
+    assert family.estimated_rate("airbench94", 1000.0) == pytest.approx(1000.0 * 67.4 / 240.7 * m.efficiency)
 
 
 def test_the_members_multiply_adds_are_the_profilers():
@@ -104,16 +115,36 @@ def test_auto_needs_a_budget_and_takes_no_resnet_flags(mini_records, tmp_path):
         )
 
 
-def test_a_restarted_job_keeps_its_choice_without_timing_anything(mini_records, tmp_path):
+def test_a_restarted_job_keeps_its_choice_and_on_its_own_cpu_times_nothing(mini_records, tmp_path):
+    from estimator.ops import probe_cache
+
     job = tmp_path / "job"
     job.mkdir()
     record = {"family": "airbench", "member": "airbench96", "candidates": [], "precision": "bf16"}
-    (job / "hparams.json").write_text(json.dumps({"hparams": {"network_choice": record, "precision_probe": {}}}))
+    here = probe_cache.cpu_key(probe_cache.cpu_info(environ={}))
+    speed = {"train": 600.0, "eval": 2000.0, "how": "timed", "cpu": here}
+    recorded = {"network_choice": record, "precision_probe": {}, "filter_gradients": {}, "speed_probe": speed}
+    (job / "hparams.json").write_text(json.dumps({"hparams": recorded}))
     args = parse(tmp_path, mini_records, "--network", "auto", "--time-budget", "5m", "--precision", "auto")
     hp = config.resolve(args, environ={"CIFAR10_CACHE_DIR": str(tmp_path / "no-probes")}, gpus_visible=0)
     assert (hp.network, hp.group_depth, hp.width_multiplier, hp.crop_padding, hp.cutout) == ("airbench", 3, 1.0, 4, 12)
     assert hp.precision == "bf16" and hp.network_choice["kept_from_the_first_run"] is True
+    assert hp.filter_gradients == {} and hp.speed_probe == speed
     assert not os.path.exists(str(tmp_path / "no-probes"))
+
+
+def test_a_job_restarted_on_another_cpu_keeps_its_graph_and_times_its_own_speed(mini_records, tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    record = {"family": "airbench", "member": "airbench94 x0.25", "candidates": [], "precision": "fp32"}
+    speed = {"train": 99.0, "eval": 300.0, "how": "timed", "cpu": "a Xeon|family 6 model 143|flags x|2 cores|isa any"}
+    recorded = {"network_choice": record, "precision_probe": {}, "speed_probe": speed}
+    (job / "hparams.json").write_text(json.dumps({"hparams": recorded}))
+    flags_ = ("--network", "auto", "--time-budget", "5m", "--precision", "auto", "--train-batch-size", "16")
+    hp = config.resolve(parse(tmp_path, mini_records, *flags_), environ={"ONEDNN_MAX_CPU_ISA": "AVX2"}, gpus_visible=0)
+    assert hp.width_multiplier == 0.25 and hp.precision == "fp32" and hp.filter_gradients is None
+    assert hp.speed_probe["how"] == "timed" and hp.speed_probe["train"] != 99.0
+    assert hp.speed_probe["cpu"].endswith("|isa AVX2") and hp.speed_probe["eval"] > hp.speed_probe["train"]
 
 
 def test_flags_given_by_hand_narrow_the_family_or_override_its_augmentation(mini_records, tmp_path, monkeypatch):
@@ -186,3 +217,123 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     assert code == 0, out[-3000:]
     again = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
     assert again["network_choice"]["member"] == member.name and again["network_choice"]["kept_from_the_first_run"]
+
+
+class SlowCpu:
+    """An AVX2-only EPYC as the speed probes see it, on a simulated clock: each member's fp32 training
+    images/s as measured there (x0.25 1,304, x0.5 509, airbench94 155; evaluation 3.4x), a training step
+    of 512 images taking the seconds those imply. Its ``time_network`` runs the real probe's bounded loop
+    (``probe_cache.seconds_per_run``) on a session whose steps advance the clock."""
+
+    TRAIN = {0.25: 1304.0, 0.5: 509.0, 1.0: 155.0}
+
+    def __init__(self):
+        self.clock = 0.0
+        self.timed = []
+
+    def session(self, secs_per_run):
+        cpu = self
+
+        class Session:
+            def run(self, fetch):
+                cpu.clock += secs_per_run
+
+        return Session()
+
+    def time_network(self, hp, precision_, steps=None, warmup=None, image_size=32, max_secs=None):
+        from estimator.ops import probe_cache
+        from estimator.training import precision
+
+        self.timed.append((hp.width_multiplier, hp.group_depth))
+        rate = self.TRAIN[hp.width_multiplier] * (0.7 if hp.group_depth == 3 else 1.0)
+        self.clock += 1.0  # building the graph
+        bounds = dict(steps=precision.PROBE_STEPS, clock=lambda: self.clock)
+        train = probe_cache.seconds_per_run(
+            self.session(hp.train_batch_size / rate), None, warmup=1, max_secs=precision.PROBE_SECS, **bounds
+        )
+        evaluate = probe_cache.seconds_per_run(
+            self.session(hp.eval_batch_size / rate / 3.4), None, warmup=1, max_secs=precision.PROBE_SECS / 3, **bounds
+        )
+        return {"train": hp.train_batch_size / train, "eval": hp.eval_batch_size / evaluate}
+
+
+def _recipe_values(tmp_path, mini_records, budget, cache):
+    """The 5-minute recipe's arguments with ``budget``, and HParams values as the configuration has them
+    before choosing a member, for the full stand-in's 50,000 training images."""
+    argv = ["@" + os.path.join(os.path.dirname(family.__file__), "..", "recipes", "cpu_5min.args")]
+    argv += ["--data-dir", mini_records, "--job-dir", str(tmp_path / "job"), "--time-budget", budget]
+    argv += ["--probe-cache", cache]
+    args = flags.build_parser().parse_args(argv)
+    args.given = flags.given_flags(argv)
+    named = flags.build_parser().parse_args(argv + ["--network", "airbench", "--precision", "fp32"])
+    hp = config.resolve(named, environ={"CIFAR10_CACHE_DIR": cache}, gpus_visible=0)
+    fields = HParams.__dataclass_fields__
+    values = {name: getattr(hp, name) for name in fields}
+    values.update(num_train_examples=50000, speed_probe=None, network="auto", precision="auto")
+    return args, values
+
+
+EPYC = {"model": "AMD EPYC", "family": "25", "model_number": "1", "flags": {"avx2", "fma"}, "cores": 2, "isa": ""}
+
+
+@pytest.mark.parametrize("budget", ["5m", "30m"])
+def test_a_first_run_on_the_slowest_cpu_chooses_in_seconds_on_a_simulated_clock(
+    mini_records, tmp_path, monkeypatch, budget
+):
+    # With 11 fixed steps per member and every member that could reach its table timed, this first run
+    # spent 77 s of its 300 before training (airbench94 alone 36 s): now at most 10.
+    from estimator.training import precision
+
+    cpu = SlowCpu()
+    args, values = _recipe_values(tmp_path, mini_records, budget, str(tmp_path / "cache"))
+    monkeypatch.setattr(precision, "time_network", cpu.time_network)
+    member, record, probe, speed = config._measure_and_choose(args, values, EPYC, args.given)
+    assert cpu.clock <= 10.0, (cpu.clock, cpu.timed)
+    assert probe == {} and record["precision"] == "fp32"  # no native bf16: nothing timed for it
+    by_name = {c["member"]: c for c in record["candidates"]}
+    assert by_name["airbench94 x0.5"]["speed"] == "timed" and by_name["airbench94 x0.5"]["images_per_sec"] == 509.0
+    # airbench96 cannot reach its table in either budget; airbench94 (1.3 epochs at most) cannot win in 5
+    # minutes, while in 30 its 5-8 epochs may beat the reference: timed, at 128 images a step (3.3 s at 512).
+    assert by_name["airbench96"]["speed"].startswith("estimated from airbench94 x0.5")
+    assert by_name["airbench94"]["speed"].startswith({"5m": "estimated", "30m": "timed"}[budget])
+    expected = {"5m": "airbench94 x0.25", "30m": "airbench94 x0.5"}[budget]
+    assert member.name == expected and speed["train"] == pytest.approx(by_name[expected]["images_per_sec"], abs=0.1)
+    assert speed["eval"] == pytest.approx(3.4 * speed["train"], rel=0.01)
+    # The same command again: everything it timed is cached, nothing is timed.
+    before = cpu.clock
+    assert config._measure_and_choose(args, values, EPYC, args.given)[0] == member and cpu.clock == before
+
+
+def test_a_budget_too_short_for_probes_chooses_from_estimates_and_says_so(mini_records, tmp_path, monkeypatch):
+    from estimator.training import precision
+
+    cache = str(tmp_path / "cache")
+    args, values = _recipe_values(tmp_path, mini_records, "90s", cache)
+    monkeypatch.setattr(precision, "time_network", lambda *a, **k: pytest.fail("nothing is timed in 90 s"))
+    member, record, probe, speed = config._measure_and_choose(args, values, EPYC, args.given)
+    assert {c["speed"] for c in record["candidates"]} == {"estimated from airbench94 x0.5, " + family.ASSUMED}
+    assert speed["how"].endswith(family.ASSUMED) and member.name == "airbench94 x0.25"
+    # What an earlier, longer job timed is used: figures of this CPU, for free.
+    monkeypatch.setattr(precision, "time_network", SlowCpu().time_network)
+    long_args, long_values = _recipe_values(tmp_path, mini_records, "5m", cache)
+    config._measure_and_choose(long_args, long_values, EPYC, long_args.given)
+    monkeypatch.setattr(precision, "time_network", lambda *a, **k: pytest.fail("cached"))
+    _, record, _, _ = config._measure_and_choose(args, values, EPYC, args.given)
+    assert {c["member"]: c["speed"] for c in record["candidates"]}["airbench94 x0.5"] == "timed"
+
+
+def test_a_studys_trials_share_what_the_first_measured(mini_records, tmp_path, monkeypatch):
+    # Trials of a study (CLOUD_ML_TRIAL_ID, each its own job dir; on Vertex AI each its own machine) that
+    # name one --probe-cache (estimator.vertex gives a study's trials BASE/probe-cache) time nothing twice.
+    from estimator.training import precision
+
+    cpu = SlowCpu()
+    monkeypatch.setattr(precision, "time_network", cpu.time_network)
+    argv = ["--network", "auto", "--time-budget", "5m", "--train-batch-size", "64", "--eval-batch-size", "100"]
+    argv += ["--probe-cache", str(tmp_path / "study" / "probe-cache")]
+    first = config.resolve(parse(tmp_path, mini_records, *argv), environ={"CLOUD_ML_TRIAL_ID": "1"}, gpus_visible=0)
+    timed = list(cpu.timed)
+    assert timed and first.job_dir.endswith("/job/1")
+    second = config.resolve(parse(tmp_path, mini_records, *argv), environ={"CLOUD_ML_TRIAL_ID": "2"}, gpus_visible=0)
+    assert cpu.timed == timed and second.job_dir.endswith("/job/2")
+    assert second.network_choice == first.network_choice and second.speed_probe == first.speed_probe

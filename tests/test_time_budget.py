@@ -275,29 +275,44 @@ def test_the_test_evaluations_views_are_counted_once():
     assert train.test_hparams(both.replace(eval_flip_tta=False), ["flip", "translations"]).eval_flip_tta is False
 
 
-def test_evaluation_speed_is_timed_on_the_real_network_and_cached(tmp_path):
+def test_network_speed_times_training_and_evaluation_side_by_side_and_caches_them(tmp_path):
     from estimator.training import precision
     from tests.helpers import hp
 
     cpu = {"model": "this CPU", "flags": set()}
     small = hp(train_batch_size=8, eval_batch_size=10)
-    cache = str(tmp_path / "eval.json")
-    ratio, probe = precision.evaluation_speedup(small, cpu=cpu, cache_file=cache)
+    cache = str(tmp_path / "speed.json")
+    probe = precision.network_speed(small, cpu=cpu, cache_file=cache)
     assert set(probe) == {"train", "eval"} and all(v > 0 for v in probe.values())
     # Forward passes alone, with no gradient or update: faster per image than training.
-    assert ratio == probe["eval"] / probe["train"] > 1
+    assert probe["eval"] > probe["train"]
 
     def no_timing(*_):
         raise AssertionError("a cached probe is not timed again")
 
-    assert precision.evaluation_speedup(small, cpu=cpu, timers=(no_timing, no_timing), cache_file=cache) == (
-        ratio,
-        probe,
-    )
+    assert precision.network_speed(small, cpu=cpu, timer=no_timing, cache_file=cache) == probe
     # Another precision or evaluation batch is another entry: timed again.
     for other in (small.replace(precision="bf16"), small.replace(eval_batch_size=20)):
         with pytest.raises(AssertionError, match="not timed again"):
-            precision.evaluation_speedup(other, cpu=cpu, timers=(no_timing, no_timing), cache_file=cache)
+            precision.network_speed(other, cpu=cpu, timer=no_timing, cache_file=cache)
+
+
+def test_a_probe_is_bounded_in_seconds_not_steps():
+    class Session:
+        runs = 0
+
+        def run(self, fetch):
+            self.runs += 1
+
+    ticks = iter(range(1000))
+    clock = lambda: 2.0 * next(ticks)  # noqa: E731 - every run takes 2 s on this clock (start, end: one tick)
+    session = Session()
+    # 3 s bound, 8 steps at most: two timed runs (4 s) after the warm-up one, not eight.
+    assert probe_cache.seconds_per_run(session, None, 8, 1, clock=clock, max_secs=3.0) == 2.0
+    assert session.runs == 3
+    session = Session()
+    assert probe_cache.seconds_per_run(session, None, 8, 1, clock=clock, max_secs=100.0) == 2.0
+    assert session.runs == 9  # the bound not reached: every step
 
 
 def test_a_restarted_job_continues_with_what_remains_of_its_budget():
@@ -402,7 +417,7 @@ def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
     if precision.native_bf16(precision.cpu_info()):
         probe = recorded["precision_probe"]
         assert set(probe) == {"fp32", "bf16"} and recorded["precision"] == max(probe, key=probe.get)
-        assert os.path.exists(str(tmp_path / "cache" / "precision_probe.json"))
+        assert os.path.exists(str(tmp_path / "cache" / precision.CACHE_FILE))
     else:  # an AVX2-only CPU: bf16 ruled out by its flags, nothing timed
         assert recorded["precision_probe"] == {} and recorded["precision"] == "fp32"
     # oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA, as on an AVX2-only CPU): bf16 is ruled out whatever the
@@ -412,7 +427,7 @@ def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
     assert code == 0, out[-3000:]
     recorded = json.load(open(os.path.join(str(tmp_path / "held"), "hparams.json")))["hparams"]
     assert recorded["precision_probe"] == {} and recorded["precision"] == "fp32"
-    assert not os.path.exists(str(tmp_path / "cache2" / "precision_probe.json"))
+    assert not os.path.exists(str(tmp_path / "cache2" / precision.CACHE_FILE))
 
 
 def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
@@ -457,8 +472,11 @@ def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
     # (as every key was before it) is not taken.
     key = precision.cache_key(amx, small)
     assert key.endswith("|" + precision.network_code_digest())
+    with open(cache) as f:
+        entries = json.load(f)
+    assert len(entries) == 2 and all(k.startswith(key + "|") for k in entries)  # fp32 and bf16
     with open(cache, "w") as f:
-        json.dump({key.rsplit("|", 1)[0]: probe}, f)
+        json.dump({k.replace("|" + precision.network_code_digest(), ""): v for k, v in entries.items()}, f)
     with pytest.raises(AssertionError, match="not timed again"):
         precision.choose(small, cpu=amx, timer=no_timing, cache_file=cache)
 

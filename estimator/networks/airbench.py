@@ -114,9 +114,9 @@ class AirbenchCifar10(layers.ResNet):
         whitening=None,
         group_depth: int = 2,
         fused_activation: bool = True,
-        probe_cache: str = None,
+        filter_gradients=None,
     ):
-        super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision, probe_cache)
+        super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision, filter_gradients)
         self.num_classes = fmt.NUM_CLASSES
         self.widths = [int(round(w * width_multiplier)) for w in WIDTHS]
         self.whitening = whitening

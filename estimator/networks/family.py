@@ -33,6 +33,9 @@ class Member:
     crop_padding: int
     cutout: int
     forward_mflops: float
+    # Images/s per multiply-add against the reference member's, as measured side by side (docs/speed.md,
+    # "The family's speeds"): the narrowest keeps two cores less busy, the widest keeps them busier.
+    efficiency: float = 1.0
 
     def flags(self) -> list:
         return [
@@ -51,10 +54,10 @@ class Member:
 
 # Forward MFLOP per image: TensorFlow's profiler (``registry.forward_flops``; a test checks them).
 MEMBERS = (
-    Member("airbench94 x0.25", 2, 0.25, 2, 0, 20.7),
+    Member("airbench94 x0.25", 2, 0.25, 2, 0, 20.7, efficiency=0.73),
     Member("airbench94 x0.5", 2, 0.5, 2, 0, 67.4),
-    Member("airbench94", 2, 1.0, 2, 0, 240.7),
-    Member("airbench96", 3, 1.0, 4, 12, 328.3),
+    Member("airbench94", 2, 1.0, 2, 0, 240.7, efficiency=1.18),
+    Member("airbench96", 3, 1.0, 4, 12, 328.3, efficiency=1.18),
 )
 # -- the table (benchmarks/results/network_table*.json) --
 TABLE = {
@@ -64,9 +67,17 @@ TABLE = {
     "airbench96": ((16, 0.8988), (41, 0.9129)),
 }
 
-# The member timed at start-up; the others' speed is estimated from it by their multiply-adds. Small
-# enough to time in a few seconds on any CPU, large enough to keep the cores as busy as the others.
+# The member timed at start-up; the others' speed is estimated from it by their multiply-adds and
+# efficiency, and timed only where the estimate leaves the choice open. Small enough to time in a few
+# seconds on any CPU, large enough to keep the cores as busy as the others.
 REFERENCE = "airbench94 x0.5"
+# The reference's speed where nothing could be timed (a budget too short for probes, and an empty cache):
+# its fp32 images/s on the slowest CPU measured, an AVX2-only EPYC (training 509, evaluation 3.4x that).
+ASSUMED_REFERENCE_SPEED = {"train": 509.0, "eval": 1731.0}
+ASSUMED = "assumed: the slowest CPU measured (no probe in this budget)"
+# How far an estimated speed may be from the truth, either way: the efficiencies measured on the CPU kinds
+# of docs/speed.md lie within 8% of the table's.
+ESTIMATE_SPREAD = 1.25
 # Of the budget, what training gets in the estimate of the epochs each member affords: the end's
 # bounded share (time_budget.FINAL_SHARE) and the start-up (building graphs, probes) left out.
 TRAINING_SHARE = 0.85
@@ -96,9 +107,21 @@ def expected_accuracy(name: str, epochs: float, table=None):
 
 
 def estimated_rate(name: str, reference_images_per_sec: float) -> float:
-    """Training images/s of member ``name`` estimated from ``REFERENCE``'s by their multiply-adds (smaller
-    networks use the cores less well, so this is optimistic for them and pessimistic for larger ones)."""
-    return reference_images_per_sec * member(REFERENCE).forward_mflops / member(name).forward_mflops
+    """Training images/s of member ``name`` estimated from ``REFERENCE``'s by their multiply-adds and
+    efficiencies (within ``ESTIMATE_SPREAD`` of what was timed on every CPU measured)."""
+    m, reference = member(name), member(REFERENCE)
+    return reference_images_per_sec * reference.forward_mflops / m.forward_mflops * m.efficiency / reference.efficiency
+
+
+def probe_batch(name: str, batch: int) -> int:
+    """The batch member ``name``'s speed is timed at when the reference's was timed at ``batch``: halved
+    (to 64 at least) until a step's multiply-adds are no more than the reference's, so that timing any
+    member costs about what timing the reference did (airbench94's steps of 512 images took 3.3 s each on
+    an AVX2-only EPYC). Per image, airbench94 ran within 2% of its speed at 512 at 128 (docs/speed.md)."""
+    limit = member(REFERENCE).forward_mflops * batch
+    while batch > 64 and member(name).forward_mflops * batch > limit:
+        batch //= 2
+    return batch
 
 
 def training_epochs(budget_secs: float, images_per_sec: float, num_train_examples: int, step_cost=1.0) -> float:
@@ -107,12 +130,28 @@ def training_epochs(budget_secs: float, images_per_sec: float, num_train_example
     return train_secs * images_per_sec / step_cost / num_train_examples
 
 
-def worth_timing(name: str, budget_secs, estimated_images_per_sec, num_train_examples, step_cost=1.0, table=None):
-    """Whether member ``name`` could reach its first measured epochs in the budget even at 1.5x its
-    estimated speed: the others are not timed (what they would cost the budget buys nothing)."""
-    points = sorted((table or TABLE).get(name, ()))
-    epochs = training_epochs(budget_secs, 1.5 * estimated_images_per_sec, num_train_examples, step_cost)
-    return bool(points) and epochs >= points[0][0]
+def worth_timing(budget_secs, rates, num_train_examples, step_cost=1.0, table=None) -> list:
+    """The members whose speed is estimated (``rates``, as ``choose`` takes them) and that could still be
+    the most accurate, or lose that place, if their speed were anywhere within ``ESTIMATE_SPREAD`` of the
+    estimate: the ones worth timing. A member that wins or loses at either end of its range is left
+    estimated: timing it would cost the budget seconds (36 s for airbench94 on an AVX2-only EPYC) and
+    change nothing."""
+
+    def accuracy(rate):
+        value = expected_accuracy(name, training_epochs(budget_secs, rate, num_train_examples, step_cost), table)
+        return -1.0 if value is None else value
+
+    bounds = {}
+    for name, (rate, how) in rates.items():
+        spread = 1.0 if how == "timed" else ESTIMATE_SPREAD
+        bounds[name] = (accuracy(rate / spread), accuracy(rate * spread))
+    uncertain = []
+    for name, (low, high) in bounds.items():
+        best_other = max((lo for other, (lo, _) in bounds.items() if other != name), default=-1.0)
+        top_other = max((hi for other, (_, hi) in bounds.items() if other != name), default=-1.0)
+        if low != high and high >= 0 and high >= best_other and low <= top_other:
+            uncertain.append(name)
+    return uncertain
 
 
 def choose(budget_secs, rates, num_train_examples, step_cost=1.0, table=None):

@@ -34,7 +34,7 @@ class ResNet(object):
         batch_norm_decay: float,
         batch_norm_epsilon: float,
         precision: str = "fp32",
-        probe_cache: str = None,
+        filter_gradients=None,
     ):
         """
         Args:
@@ -45,7 +45,8 @@ class ResNet(object):
           batch_norm_epsilon: added to the variance to avoid dividing by zero.
           precision: ``fp32``, ``bf16`` or ``fp16``: the compute dtype of the
             convolutions (``COMPUTE_DTYPES``); variables stay float32.
-          probe_cache: the directory of the filter-gradient probe's measurements (``--probe-cache``).
+          filter_gradients: in training, the convolutions whose filter gradients are matrix products
+            (``filter_gradient.Recorded`` or ``Measured``); None: TensorFlow's own everywhere.
         """
         if data_format not in DATA_FORMATS:
             raise ValueError("data_format %r is not one of %s." % (data_format, DATA_FORMATS))
@@ -56,7 +57,7 @@ class ResNet(object):
         self._data_format = data_format
         self._batch_norm_decay = batch_norm_decay
         self._batch_norm_epsilon = batch_norm_epsilon
-        self._probe_cache = probe_cache
+        self._filter_gradients = filter_gradients
         # What the health rules look at (estimator.health.probes): the input
         # after the network's own scaling, and every ReLU's output.
         self.scaled_input = None
@@ -110,7 +111,9 @@ class ResNet(object):
         """``tf.nn.conv2d`` in the model's data format; in training, its kernel's gradient is computed
         as matrix products where that was measured faster (``filter_gradient``)."""
         data_format = "NCHW" if self._nchw else "NHWC"
-        return filter_gradient.conv2d(x, kernel, strides, padding, data_format, self._is_training, self._probe_cache)
+        return filter_gradient.conv2d(
+            x, kernel, strides, padding, data_format, self._is_training, self._filter_gradients
+        )
 
     def _batch_norm(self, x, name: str = "bn", zero_gamma: bool = False, scale: bool = True):
         """Batch norm; ``zero_gamma`` starts its scale at 0 (the branch starts as nothing);

@@ -10,6 +10,7 @@ from __future__ import annotations
 from estimator.common.options import Network
 from estimator.networks import airbench
 from estimator.networks.resnet import ResNetCifar10
+from estimator.ops import filter_gradient
 
 # --network: the family of ResNetCifar10 (--num-layers, --resnet-version) or airbench94's network.
 NETWORKS = Network.values()
@@ -26,16 +27,19 @@ def describe(hp) -> str:
     return "ResNet-%d %s%s" % (hp.num_layers, hp.resnet_version, width)
 
 
-def build(hp, is_training: bool, precision: str = None, whitening=None, serving: bool = False):
+def build(hp, is_training: bool, precision: str = None, whitening=None, serving: bool = False, filter_gradients=None):
     """The network ``hp`` names (``hp.network``), at ``precision`` (default ``hp.precision``).
 
     ``whitening``: for the airbench network, the initial value of its whitening kernel
     (``airbench.whitening_kernel``), used when variables are initialised (training from
     scratch); ignored by ResNets. ``serving``: the graph exported models serve, built from
     TensorFlow's plain ops only (the airbench network's GELU is otherwise XLA-compiled:
-    ``estimator.ops.gelu``).
+    ``estimator.ops.gelu``). ``filter_gradients``: a ``filter_gradient.Measured`` plan (the configuration
+    and the speed probes measure it as they build); by default the one ``hp`` recorded.
     """
     precision = precision or hp.precision
+    if filter_gradients is None and hp.filter_gradients:
+        filter_gradients = filter_gradient.Recorded(hp.filter_gradients)
     if hp.network == Network.AIRBENCH:
         return airbench.AirbenchCifar10(
             is_training,
@@ -47,7 +51,7 @@ def build(hp, is_training: bool, precision: str = None, whitening=None, serving:
             whitening=whitening,
             group_depth=hp.group_depth,
             fused_activation=not serving,
-            probe_cache=hp.probe_cache,
+            filter_gradients=filter_gradients,
         )
     if hp.network != Network.RESNET:
         raise ValueError("network %r is not one of %s." % (hp.network, ", ".join(NETWORKS)))
@@ -61,7 +65,7 @@ def build(hp, is_training: bool, precision: str = None, whitening=None, serving:
         precision=precision,
         width_multiplier=hp.width_multiplier,
         zero_init_residual=hp.zero_init_residual,
-        probe_cache=hp.probe_cache,
+        filter_gradients=filter_gradients,
     )
 
 

@@ -56,9 +56,9 @@ class ResNetCifar10(layers.ResNet):
         precision: str = "fp32",
         width_multiplier: float = 1.0,
         zero_init_residual: bool = False,
-        probe_cache: str = None,
+        filter_gradients=None,
     ):
-        super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision, probe_cache)
+        super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision, filter_gradients)
         self.n = check_depth(num_layers, version)
         self.version = version
         self.num_classes = fmt.NUM_CLASSES

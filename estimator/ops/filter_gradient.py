@@ -26,8 +26,8 @@ from estimator.ops import probe_cache
 CACHE_FILE = "filter_gradient_probe.json"
 MIN_IN_CHANNELS = 128
 MAX_POSITIONS = 64
-PROBE_WARMUP = 2
-PROBE_RUNS = 5
+PROBE_WARMUP = 1
+PROBE_RUNS = 3
 NATIVE, MATMULS = "native", "matmuls"
 
 
@@ -164,14 +164,50 @@ def faster_sides(x_shape, kernel_shape, dtype, choose_fn=None) -> list:
     return [side for side in sides if choose_fn((batch, side, side, in_channels), kernel_shape, dtype) == MATMULS]
 
 
-def conv2d(x, kernel, strides: int, padding: str, data_format: str, training: bool, cache_dir: str = None):
-    """``tf.nn.conv2d``, whose kernel gradient is computed as matrix products on the maps where that was
-    measured faster for this shape on this CPU (training graphs only; the measurements kept in the
-    directory ``cache_dir``, by default ``probe_cache.default_directory()``)."""
-    x_shape, kernel_shape = tuple(x.shape.as_list()), tuple(kernel.shape.as_list())
-    if training and is_candidate(x_shape, kernel_shape, x.dtype, strides, padding, data_format):
+def kernel_key(kernel_shape) -> str:
+    """A plan's key for a convolution: its kernel's shape, ``"3x3x256x256"`` (the batch is the job's)."""
+    return "x".join(str(int(n)) for n in kernel_shape)
+
+
+class Recorded:
+    """A plan resolved before the graph is built (``HParams.filter_gradients``, hparams.json): for each
+    candidate convolution's kernel shape, the map sides on which its filter gradient is computed as
+    matrix products. Building a graph from it times nothing and reads nothing but the plan, so a job
+    restarted on another machine builds the graph its checkpoints were trained with."""
+
+    def __init__(self, plan=None):
+        self.plan = {key: sorted(set(sides)) for key, sides in (plan or {}).items()}
+
+    def sides(self, x_shape, kernel_shape, dtype) -> list:
+        return list(self.plan.get(kernel_key(kernel_shape), ()))
+
+
+class Measured(Recorded):
+    """A plan measured as a graph is built (by the configuration, once, and by the speed probes): each
+    candidate's shape timed both ways on first use, cached in ``cache_dir`` (``--probe-cache``), and
+    what was chosen kept in ``plan`` (``Recorded``'s form)."""
+
+    def __init__(self, cache_dir: str = None, cpu=None, choose_fn=None):
+        super().__init__()
         cache_file = probe_cache.cache_path(CACHE_FILE, cache_dir)
-        sides = faster_sides(x_shape, kernel_shape, x.dtype, lambda *shape: choose(*shape, cache_file=cache_file))
-        if sides:
-            return conv2d_matmul_gradient(x, kernel, None if None not in x_shape else sides)
+        self._choose = choose_fn or (lambda *shape: choose(*shape, cpu=cpu, cache_file=cache_file))
+
+    def sides(self, x_shape, kernel_shape, dtype) -> list:
+        sides = faster_sides(x_shape, kernel_shape, dtype, self._choose)
+        key = kernel_key(kernel_shape)
+        self.plan[key] = sorted(set(self.plan.get(key, ())) | set(sides))
+        return sides
+
+
+def conv2d(x, kernel, strides: int, padding: str, data_format: str, training: bool, plan: Recorded = None):
+    """``tf.nn.conv2d``, whose kernel gradient is computed as matrix products on the maps ``plan``
+    (``Recorded`` or ``Measured``) names for this kernel's shape (training graphs only; no plan: never)."""
+    x_shape, kernel_shape = tuple(x.shape.as_list()), tuple(kernel.shape.as_list())
+    if training and plan is not None and is_candidate(x_shape, kernel_shape, x.dtype, strides, padding, data_format):
+        sides = plan.sides(x_shape, kernel_shape, x.dtype)
+        height, width = x_shape[1:3]
+        if height is None and width is None and sides:  # the map's size is known only as the step runs
+            return conv2d_matmul_gradient(x, kernel, sides)
+        if height is not None and height == width and height in sides:
+            return conv2d_matmul_gradient(x, kernel)
     return tf.nn.conv2d(x, kernel, strides, padding, data_format=data_format)

@@ -129,22 +129,27 @@ def _write_cache(path: str, cache: dict) -> None:
 def cached_probe(path: str, key: str, names, measure):
     """``(probe, measured)``: the measurement cached under ``key`` in the JSON file at ``path`` if it
     has exactly ``names``, else ``measure()``'s (a dict), written back: a damaged entry is measured
-    again. The probes of this module and ``filter_gradient`` share it."""
+    again. ``measure`` None: only what is cached (``(None, False)`` where nothing is). The probes of
+    ``estimator.training.precision`` and ``filter_gradient`` share it."""
     cache = _read_cache(path)
     probe = cache.get(key)
     if probe and set(probe) == set(names):
         return dict(probe), False
+    if measure is None:
+        return None, False
     probe = measure()
     cache[key] = probe
     _write_cache(path, cache)
     return dict(probe), True
 
 
-def seconds_per_run(sess, fetch, steps: int, warmup: int, clock=time.perf_counter) -> float:
-    """The median wall seconds of ``sess.run(fetch)`` over ``steps`` runs, after ``warmup`` untimed ones
-    (the first runs pay for graph optimisation, kernel selection and XLA compilation). The median, not
-    the mean: a probe is cached for every later job on the machine, and a burst of another process
-    during a few of its runs must not make them all slow."""
+def seconds_per_run(sess, fetch, steps: int, warmup: int, clock=time.perf_counter, max_secs=None, min_steps=2) -> float:
+    """The median wall seconds of ``sess.run(fetch)`` over at most ``steps`` runs, after ``warmup`` untimed
+    ones (the first runs pay for graph optimisation, kernel selection and XLA compilation); with
+    ``max_secs``, timed runs stop once they have taken that long and at least ``min_steps`` ran (a probe
+    bounded in seconds costs a slow CPU no more than a fast one). The median, not the mean: a probe is
+    cached for every later job on the machine, and a burst of another process during a few of its runs
+    must not make them all slow."""
     for _ in range(warmup):
         sess.run(fetch)
     times = []
@@ -152,6 +157,8 @@ def seconds_per_run(sess, fetch, steps: int, warmup: int, clock=time.perf_counte
         start = clock()
         sess.run(fetch)
         times.append(clock() - start)
+        if max_secs is not None and len(times) >= min_steps and sum(times) >= max_secs:
+            break
     times.sort()
     middle = len(times) // 2
     return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2

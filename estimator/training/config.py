@@ -111,8 +111,14 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
         probe_cache=args.probe_cache or probe_cache.default_directory(environ),
     )
     cpu = probe_cache.cpu_info(environ=environ)
+    # What a restart keeps from its first run (the member, the filter-gradient plan, the speeds measured):
+    # read only where something of it is used.
+    measures = args.num_gpus == 0 and (args.time_budget or args.precision != Precision.FP32)
+    earlier = _recorded(job_dir) if args.network == Network.AUTO or measures else {}
+    speed = None
     if args.network == Network.AUTO:
-        values.update(_choose_network(args, values, job_dir, cpu))
+        chosen_values, speed = _choose_network(args, values, earlier, cpu)
+        values.update(chosen_values)
     hp = hparams_lib.HParams(**values)
     hparams_lib.check_schedule(hp)
     if hp.precision == Precision.BF16 and hp.num_gpus == 0 and cpu["isa"] not in probe_cache.BF16_ISAS:
@@ -126,7 +132,53 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
 
         chosen, probe = precision.choose(hp.replace(precision="fp32"), cpu=cpu)
         hp = hp.replace(precision=chosen, precision_probe=probe)
+    return _measure_this_machine(hp, earlier, cpu, speed)
+
+
+def _measure_this_machine(hp: hparams_lib.HParams, earlier: dict, cpu: dict, speed=None) -> hparams_lib.HParams:
+    """What the graph and the budget's plan need to know about this CPU, resolved once and recorded in
+    hparams.json: the bf16 filter-gradient plan (a restarted job keeps its first run's, so that its graph
+    is the one its checkpoints were trained with, on any machine), and, for ``--time-budget``, this
+    network's speeds (``speed``, where ``--network auto`` had them already; a restart on another CPU kind
+    times its own, and plans from them)."""
+    if hp.num_gpus > 0 or hp.cluster.task_type == "ps":  # a parameter server builds no training graph
+        return hp
+    from estimator.training import precision
+
+    if hp.precision == Precision.BF16:
+        plan = earlier.get("filter_gradients")
+        if plan is None:
+            plan = _measure_filter_gradients(hp, cpu)
+        hp = hp.replace(filter_gradients=plan)
+    if hp.time_budget:
+        here = probe_cache.cpu_key(cpu)
+        kept = earlier.get("speed_probe") or {}
+        if speed is None and kept.get("cpu") == here:
+            speed = kept
+        elif speed is None:
+            speed = precision.network_speed(hp, cpu=cpu, measure=precision.affordable(hp.time_budget))
+            speed = speed and dict(speed, how="timed")
+        hp = hp.replace(speed_probe=speed and dict(speed, cpu=here))
     return hp
+
+
+def _measure_filter_gradients(hp: hparams_lib.HParams, cpu: dict) -> dict:
+    """The bf16 filter-gradient plan of ``hp``'s training tower on this CPU: the tower's graph built (no
+    session) at each image size training will see (``--progressive-resize``'s, else the full one), each
+    candidate convolution's map timed on first use (cached), so that only the maps that occur are timed."""
+    import tensorflow as tf
+
+    from estimator.networks import registry
+    from estimator.ops import filter_gradient
+
+    sides = [side for _, side in hp.image_sizes.changes()] if hp.image_sizes else [fmt.HEIGHT]
+    plan = filter_gradient.Measured(hp.probe_cache, cpu)
+    for side in sides:
+        with tf.Graph().as_default():
+            images = tf.compat.v1.placeholder(tf.float32, [hp.train_batch_size // len(hp.towers), side, side, 3])
+            with tf.compat.v1.variable_scope("resnet"):
+                registry.build(hp, True, filter_gradients=plan).forward_pass(images)
+    return plan.plan
 
 
 # The flags a member of the family sets, and whether one given by hand narrows the choice (the network's
@@ -135,74 +187,81 @@ _MEMBER_SHAPE = ("group_depth", "width_multiplier")
 _MEMBER_AUGMENTATION = ("crop_padding", "cutout")
 
 
-def _choose_network(args, values: dict, job_dir: str, cpu: dict) -> dict:
+def _choose_network(args, values: dict, earlier: dict, cpu: dict):
     """``--network auto``: the member of airbench's family for this budget on this machine, as HParams
-    values (its network, shape and augmentation, and ``network_choice``, the record of why). A job dir
-    that recorded a choice keeps it: the checkpoints are that member's."""
+    values (its network, shape and augmentation, and ``network_choice``, the record of why), and its
+    speeds (``HParams.speed_probe``; None where the choice was kept). A job dir that recorded a choice
+    keeps it: the checkpoints are that member's."""
     from estimator.networks import family
 
     given = getattr(args, "given", set())
-    earlier = _recorded(job_dir)
+    speed = None
     if earlier.get("network_choice"):
         recorded = earlier["network_choice"]
         member, record = family.member(recorded["member"]), dict(recorded, kept_from_the_first_run=True)
         probe = earlier.get("precision_probe") or {}
     else:
-        member, record, probe = _measure_and_choose(args, values, cpu, given)
+        member, record, probe, speed = _measure_and_choose(args, values, cpu, given)
     chosen_values = {"network": Network.AIRBENCH, "network_choice": record}
     if args.precision == Precision.AUTO:  # chosen with the reference member: not timed again
         chosen_values.update(precision=record["precision"], precision_probe=probe)
     for name in _MEMBER_SHAPE + _MEMBER_AUGMENTATION:
         if name not in given or name in _MEMBER_SHAPE:
             chosen_values[name] = getattr(member, name)
-    return chosen_values
+    return chosen_values, speed
 
 
 def _measure_and_choose(args, values: dict, cpu: dict, given: set):
-    """Times the family's reference member (and, in the job's precision, each member that could win in
-    this budget; cached per CPU like every probe) and lets ``family.choose`` pick. Returns ``(member,
-    record, precision probe)``: with ``--precision auto`` the precision is chosen on the reference."""
+    """Times the family's reference member (training and evaluation; in both precisions with
+    ``--precision auto`` where bf16 is native), estimates the others from it, times those whose estimate
+    leaves the choice open (``family.worth_timing``), and lets ``family.choose`` pick. All cached per CPU.
+    Returns ``(member, record, precision probe, the chosen member's speeds)``."""
     from estimator.networks import family
     from estimator.training import precision, schedules
 
     def member_hp(m, precision_):
-        return hparams_lib.HParams(
-            **dict(
-                values,
-                network=Network.AIRBENCH,
-                group_depth=m.group_depth,
-                width_multiplier=m.width_multiplier,
-                precision=precision_,
-            )
-        )
+        shape = {name: getattr(m, name) for name in _MEMBER_SHAPE}
+        return hparams_lib.HParams(**dict(values, network=Network.AIRBENCH, precision=precision_, **shape))
 
     reference = family.member(family.REFERENCE)
-    chosen = Precision.FP32 if args.precision == Precision.AUTO else Precision(args.precision)
-    rate, probe = None, {}
+    measure = precision.affordable(args.time_budget)
+    chosen, probe = Precision.FP32 if args.precision == Precision.AUTO else Precision(args.precision), {}
     if args.precision == Precision.AUTO:
-        chosen, probe = precision.choose(member_hp(reference, Precision.FP32), cpu=cpu)
-        rate = probe.get(chosen)
-    if rate is None:  # bf16 ruled out (nothing timed), or the precision named
-        rate = precision.training_speed(member_hp(reference, chosen), cpu=cpu)
+        chosen, probe = precision.choose(member_hp(reference, Precision.FP32), cpu=cpu, measure=measure)
+    reference_speed = precision.network_speed(member_hp(reference, chosen), cpu=cpu, measure=measure)
+    timed = {reference.name} if reference_speed else set()
+    speeds = {reference.name: reference_speed or dict(family.ASSUMED_REFERENCE_SPEED)}
     step_cost = 1.0
     if args.progressive_resize:
         sizes = schedules.ImageSizes(args.progressive_resize, args.progressive_resize_until, fmt.HEIGHT)
         step_cost = sizes.mean_cost(0.0, 1.0)
+    estimated = "estimated from %s" % reference.name
+    if not timed:
+        estimated += ", " + family.ASSUMED
     rates = {}
     for m in family.MEMBERS:
         if any(getattr(m, name) != getattr(args, name) for name in _MEMBER_SHAPE if name in given):
             continue  # a shape given by hand narrows the family
-        if m.name == reference.name:
-            rates[m.name] = (rate, "timed")
-            continue
-        estimate = family.estimated_rate(m.name, rate)
-        if family.worth_timing(m.name, args.time_budget, estimate, values["num_train_examples"], step_cost):
-            rates[m.name] = (precision.training_speed(member_hp(m, chosen), cpu=cpu), "timed")
-        else:
-            rates[m.name] = (estimate, "estimated from multiply-adds")
+        rate = speeds[reference.name]["train"]
+        rates[m.name] = (rate, "timed") if m.name in timed else (family.estimated_rate(m.name, rate), estimated)
+    if measure:
+        for name in family.worth_timing(args.time_budget, rates, values["num_train_examples"], step_cost):
+            batch = family.probe_batch(name, values["train_batch_size"])
+            probe_hp = member_hp(family.member(name), chosen).replace(
+                train_batch_size=batch, eval_batch_size=min(batch, values["eval_batch_size"])
+            )
+            speeds[name] = precision.network_speed(probe_hp, cpu=cpu)
+            rates[name] = (speeds[name]["train"], "timed")
+            timed.add(name)
     member, record = family.choose(args.time_budget, rates, values["num_train_examples"], step_cost=step_cost)
     record["precision"] = str(chosen)
-    return member, record, probe
+    if member.name in timed:
+        speed = dict(speeds[member.name], how="timed")
+    else:  # the evaluation's ratio to training taken from the reference's
+        ratio = speeds[reference.name]["eval"] / speeds[reference.name]["train"]
+        train = rates[member.name][0]
+        speed = {"train": round(train, 1), "eval": round(train * ratio, 1), "how": estimated}
+    return member, record, probe, speed
 
 
 def _recorded(job_dir: str) -> dict:

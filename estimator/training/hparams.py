@@ -87,6 +87,15 @@ class HParams:
     precision: Precision = Precision.FP32
     # --precision auto: images/s of each precision the probe timed ({} where the CPU ruled bf16 out).
     precision_probe: dict = None
+    # bf16 training on the CPU: for each kernel shape of a convolution that may pay (ops/filter_gradient.py),
+    # the square map sides on which its filter gradient is computed as matrix products, as measured on the
+    # first run's CPU ({}: none pays). Resolved once by estimator.training.config and kept by restarts, so
+    # that the graph depends on hparams.json alone. None: not bf16 on the CPU.
+    filter_gradients: dict = None
+    # --time-budget on the CPU: this network's training and evaluation images/s in its precision, and how
+    # they were had ("timed", or estimated from the family's reference member): what the budget is planned
+    # from. Measured again by a restart on its own CPU.
+    speed_probe: dict = None
     # Filters of every layer times this (16, 32, 64 for 1): wider layers may use the CPU's
     # matrix units better per FLOP.
     width_multiplier: float = 1.0

@@ -1,18 +1,16 @@
-"""``--precision auto``: the faster of fp32 and bf16 on this machine, by measurement.
+"""The speed probes: this network's training and evaluation images/s on this CPU, and ``--precision auto``.
 
-bf16 pays only where the CPU computes it natively (AVX512-BF16 or AMX): on
-an AVX2-only CPU TensorFlow emulates it and trains 16x slower than fp32
-(docs/speed.md), while on a Xeon with AMX it trained ResNet-20 at
-1.45x fp32's speed here. So ``choose`` never picks bf16 where the CPU's flags
-lack native support (and then times nothing), and otherwise times a few
-training steps of the real network in each precision and takes the faster.
-The result is cached per CPU model, network and TensorFlow version in
-``~/.cache/cifar10-resnet-estimator/precision_probe.json`` (``$CIFAR10_CACHE_DIR``
-overrides the directory), so later runs decide at once.
+``network_speed`` times a few training steps of the real network and then its evaluation's batches, side
+by side in one graph (about 5 s, bounded in seconds on any CPU), and caches the figures per CPU, network
+and TensorFlow version in the ``--probe-cache`` directory (``estimator.ops.probe_cache``), so later runs,
+and a study's trials, decide at once. The configuration uses them, once, before any graph is built: to
+choose the member of ``--network auto``, and to plan ``--time-budget`` (the end's reserve comes from the
+evaluation's ratio to training, which differs between CPUs and precisions); hparams.json records them.
 
-The same probe times the evaluation's forward passes against training steps
-(``evaluation_speedup``): ``--time-budget`` reserves the end of the budget for
-the final evaluations from that ratio, which differs between CPUs and precisions.
+bf16 pays only where the CPU computes it natively (AVX512-BF16 or AMX): on an AVX2-only CPU TensorFlow
+emulates it and trains 16x slower than fp32 (docs/speed.md), while on a Xeon with AMX it trained
+ResNet-20 at 1.45x fp32's speed. So ``choose`` never picks bf16 where the CPU's flags lack native
+support (and then times nothing), and otherwise times both and takes the faster.
 """
 
 from __future__ import annotations
@@ -24,11 +22,22 @@ from estimator.ops import filter_gradient, gelu
 from estimator.ops.probe_cache import cache_path, cached_probe, cpu_info, cpu_key, native_bf16, seconds_per_run
 
 CANDIDATES = ("fp32", "bf16")
-CACHE_FILE = "precision_probe.json"
-EVAL_CACHE_FILE = "evaluation_speed_probe.json"
-TRAIN_CACHE_FILE = "training_speed_probe.json"
-PROBE_WARMUP_STEPS = 3
-PROBE_STEPS = 8
+CACHE_FILE = "network_speed_probe.json"
+# A probe's training steps: a few untimed (graph optimisation, kernel selection, XLA), then at most
+# PROBE_STEPS timed, stopped after PROBE_SECS once two ran: bounded in seconds, so that a first run on a
+# slow CPU pays no more than on a fast one (airbench94's 11 fixed steps of 512 images took 36 s on an
+# AVX2-only EPYC). The evaluation's batches get a third of that.
+PROBE_WARMUP_STEPS = 1
+PROBE_STEPS = 6
+PROBE_SECS = 1.5
+# --time-budget: below this budget nothing is timed (a first run's probes, 4-15 s, would be a tenth of it);
+# the choices are made from what the cache holds, else from estimates, and say so.
+PROBED_BUDGET_SECS = 120.0
+
+
+def affordable(time_budget) -> bool:
+    """Whether a job with this ``--time-budget`` (None: none) may time the probes it has no figures for."""
+    return time_budget is None or time_budget >= PROBED_BUDGET_SECS
 
 
 def network_code_digest(paths=None) -> str:
@@ -67,95 +76,83 @@ def cache_key(cpu: dict, hp) -> str:
     )
 
 
-def _timed_batches(hp, precision: str, training: bool, steps: int, warmup: int, image_size: int = 32) -> float:
-    """Images/s of one tower's batches of the real network on random images, in a graph and session of
-    its own: training steps (forward, backward, momentum update) or inference (forward with the moving
-    batch-norm statistics, at the evaluation batch size, as the evaluations run it)."""
+def time_network(
+    hp,
+    precision: str,
+    steps: int = PROBE_STEPS,
+    warmup: int = PROBE_WARMUP_STEPS,
+    image_size: int = 32,
+    max_secs: float = PROBE_SECS,
+) -> dict:
+    """``{"train": images/s, "eval": images/s}`` of ``hp``'s network in ``precision``, side by side in one
+    graph and session of its own, on random images: one tower's training steps (forward, backward, momentum
+    update; ``image_size`` pixels a side; bf16 filter gradients as the job will plan them), then its
+    inference batches (forward with the moving batch-norm statistics, at the evaluation batch size, as
+    the evaluations run it)."""
     import numpy as np
     import tensorflow as tf
 
     v1 = tf.compat.v1
-    batch = (hp.train_batch_size if training else hp.eval_batch_size) // len(hp.towers)
+    batch, eval_batch = (size // len(hp.towers) for size in (hp.train_batch_size, hp.eval_batch_size))
+    random = np.random.RandomState(0)
     with tf.Graph().as_default():
         v1.set_random_seed(0)
-        shape = (batch, image_size, image_size, 3)
-        images = tf.constant(np.random.RandomState(0).uniform(0, 255, shape).astype(np.float32))
+        images = tf.constant(random.uniform(0, 255, (batch, image_size, image_size, 3)).astype(np.float32))
+        eval_images = tf.constant(random.uniform(0, 255, (eval_batch, 32, 32, 3)).astype(np.float32))
         labels = tf.constant(np.arange(batch) % 10, tf.int32)
+        plan = filter_gradient.Measured(hp.probe_cache)
         with v1.variable_scope("resnet"):
-            model = registry.build(hp, training, precision)
-            logits = model.forward_pass(images)
-        if training:
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-            step = v1.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
-        else:
-            step = tf.argmax(logits, axis=1)
+            logits = registry.build(hp, True, precision, filter_gradients=plan).forward_pass(images)
+        with v1.variable_scope("resnet", reuse=True):
+            predictions = tf.argmax(registry.build(hp, False, precision).forward_pass(eval_images), axis=1)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        step = v1.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
         config = v1.ConfigProto(
             intra_op_parallelism_threads=hp.num_intra_threads, inter_op_parallelism_threads=hp.num_inter_threads
         )
         with v1.Session(config=config) as sess:
             sess.run(v1.global_variables_initializer())
-            return batch / seconds_per_run(sess, step, steps, warmup)
+            train = batch / seconds_per_run(sess, step, steps, warmup, max_secs=max_secs)
+            eval_secs = None if max_secs is None else max_secs / 3
+            evaluate = eval_batch / seconds_per_run(sess, predictions, steps, 1, max_secs=eval_secs)
+    return {"train": round(train, 1), "eval": round(evaluate, 1)}
 
 
 def time_training_steps(
     hp, precision: str, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP_STEPS, image_size: int = 32
 ) -> float:
-    """Training images/s of the real network (forward, backward, momentum update) in ``precision``,
-    on random images of one tower's batch (``image_size`` pixels a side), in a graph and session of its own."""
-    return _timed_batches(hp, precision, True, steps, warmup, image_size)
+    """Training images/s of ``hp``'s network in ``precision`` (``time_network``'s, ``steps`` at most)."""
+    return time_network(hp, precision, steps, warmup, image_size, max_secs=None)["train"]
 
 
-def time_evaluation_batches(hp, precision: str, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP_STEPS) -> float:
-    """Inference images/s of the real network in ``precision`` at one tower's evaluation batch."""
-    return _timed_batches(hp, precision, False, steps, warmup)
-
-
-def evaluation_speedup(hp, cpu=None, timers=(time_training_steps, time_evaluation_batches), cache_file=None):
-    """How many times training's images/s the evaluation runs, for ``hp``'s network in ``hp.precision``
-    on this CPU: both timed side by side (a few seconds) and cached like the precision probe.
-
-    ``--time-budget`` reserves the time of the final evaluations from it: the ratio depends on the
-    CPU, the network and the precision (3.4 for the airbench network in fp32 on an AVX2-only EPYC), so
-    a fixed guess either
-    wastes the end of short budgets or overruns them.
-
-    Returns:
-      ``(ratio, probe)``: the ratio, and ``{"train": images/s, "eval": images/s}`` as measured.
-    """
+def network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True) -> dict:
+    """``{"train": images/s, "eval": images/s}`` of ``hp``'s network in ``hp.precision`` on this CPU:
+    timed once (``time_network``, a few seconds) and cached per CPU, network, batch sizes and TensorFlow
+    version in ``hp.probe_cache``. What ``--network auto`` compares the family's members by, and what
+    ``--time-budget`` plans with: the evaluation's ratio to training (3.4 for the airbench network in
+    fp32 on an AVX2-only EPYC) decides the end's reserve. ``measure`` False: only what is cached (None
+    where nothing is)."""
     cpu = cpu or cpu_info()
-    path = cache_file or cache_path(EVAL_CACHE_FILE, hp.probe_cache)
-    key = "|".join((cache_key(cpu, hp), hp.precision, str(hp.eval_batch_size // len(hp.towers))))
-    train, evaluate = timers
-    probe, _ = cached_probe(
-        path,
-        key,
-        ("train", "eval"),
-        lambda: {"train": round(train(hp, hp.precision), 1), "eval": round(evaluate(hp, hp.precision), 1)},
-    )
-    return probe["eval"] / probe["train"], probe
+    path = cache_file or cache_path(CACHE_FILE, hp.probe_cache)
+    key = "|".join((cache_key(cpu, hp), str(hp.precision), str(hp.eval_batch_size // len(hp.towers))))
+    timer = timer or time_network  # looked up as it runs: the tests' simulated CPU replaces it
+    probe, _ = cached_probe(path, key, ("train", "eval"), (lambda: timer(hp, hp.precision)) if measure else None)
+    return probe
 
 
-def training_speed(hp, cpu=None, timer=time_training_steps, cache_file=None) -> float:
-    """Training images/s of ``hp``'s network in ``hp.precision`` on this CPU (a few steps; cached like the
-    other probes): what ``--network auto`` compares the family's members by."""
-    cpu = cpu or cpu_info()
-    path = cache_file or cache_path(TRAIN_CACHE_FILE, hp.probe_cache)
-    key = "|".join((cache_key(cpu, hp), hp.precision))
-    probe, _ = cached_probe(path, key, ("train",), lambda: {"train": round(timer(hp, hp.precision), 1)})
-    return probe["train"]
-
-
-def choose(hp, cpu=None, timer=time_training_steps, cache_file=None):
+def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
     """``(precision, probe)``: the faster of fp32 and bf16 for ``hp``'s network on this CPU.
 
-    ``probe`` maps each precision timed to its images/s; it is empty where bf16 is not native here (the
-    CPU's flags, or ``ONEDNN_MAX_CPU_ISA`` holding oneDNN below bf16: then fp32, and nothing is timed).
+    ``probe`` maps each precision timed to its training images/s; it is empty where bf16 is not native
+    here (the CPU's flags, or ``ONEDNN_MAX_CPU_ISA`` holding oneDNN below bf16: then fp32, and nothing is
+    timed). Each precision's figures are ``network_speed``'s, cached with them. ``measure`` False: from
+    what is cached, and fp32 (which every CPU computes natively) where not both are.
     """
     cpu = cpu or cpu_info()
     if not native_bf16(cpu):
         return "fp32", {}
-    path = cache_file or cache_path(CACHE_FILE, hp.probe_cache)
-    probe, _ = cached_probe(
-        path, cache_key(cpu, hp), CANDIDATES, lambda: {p: round(timer(hp, p), 1) for p in CANDIDATES}
-    )
+    speeds = {p: network_speed(hp.replace(precision=p), cpu, timer, cache_file, measure) for p in CANDIDATES}
+    if None in speeds.values():
+        return "fp32", {}
+    probe = {p: speed["train"] for p, speed in speeds.items()}
     return max(CANDIDATES, key=lambda p: probe[p]), probe
