@@ -18,7 +18,7 @@ import tensorflow as tf
 import estimator
 from estimator import health
 from estimator.common import cluster as cluster_lib
-from estimator.common import logs, storage
+from estimator.common import durations, logs, storage
 from estimator.common.options import EvalPolicy, HealthAction
 from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet
@@ -157,8 +157,8 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
         state.budget_secs = hp.time_budget
         logs.info(
             "time budget: %s of %s used by earlier runs of this job; continuing at progress %.3f",
-            time_budget.format_duration(state.used_secs),
-            time_budget.format_duration(hp.time_budget),
+            durations.format_clock(state.used_secs),
+            durations.format_clock(hp.time_budget),
             state.progress,
         )
     else:
@@ -251,7 +251,7 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
         logs.info(
             "time budget: nothing left to train (progress %.3f, %s left); evaluating step %s",
             planner.state.progress,
-            time_budget.format_duration(planner.remaining_secs(planner.clock())),
+            durations.format_clock(planner.remaining_secs(planner.clock())),
             planner.state.step,
         )
         train_hooks = None
@@ -294,72 +294,16 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
         if hp.model_export_dir:
             exporters.copy_export(final_export, hp.model_export_dir)
     planner = job_hooks.planner
-    test_hp, dropped = hp, []
-    if planner is not None:
-        # The views that still fit the budget's time left; the plan kept time for them.
-        kept, dropped = planner.views_that_fit(planner.clock())
-        test_hp = test_hparams(hp, kept)
-        dropped = [v for v in dropped if v in dict(evaluation_images(hp)[1])]
-        if dropped:
-            logs.info("time budget: test evaluation without the %s view(s): they do not fit", " and ".join(dropped))
+    test_hp, dropped = _test_views(hp, planner)
     test_estimator = estimator_
     if (test_hp.eval_flip_tta, test_hp.eval_tta) != (hp.validation_flip_tta, False):
         # The test evaluation's model_fn with the test split's TTA setting (hparams.json: derived).
         test_estimator = tf.estimator.Estimator(model_fn=model_fn, config=estimator_.config, params=test_hp)
     test = test_estimator.evaluate(input_fn(test_hp, fmt.TEST), name="test")
-    if not hp.validates:
-        validation = None
-    elif job_hooks.reporter.results:
-        validation = job_hooks.reporter.results[-1]
-    else:
-        # A chief (unlike a master or a local run) leaves evaluation to the
-        # evaluator task; the tuning service reads the chief's reports, so the
-        # chief evaluates the validation split once and reports it.
-        validation = estimator_.evaluate(input_fn(hp, fmt.VALIDATION), name=fmt.VALIDATION)
-        job_hooks.reporter.export(estimator_, None, estimator_.latest_checkpoint(), validation, True)
+    validation = _final_validation(hp, estimator_, job_hooks)
     rate = job_hooks.speed.steady_state_examples_per_sec
-    results = {
-        "global_step": int(test["global_step"]),
-        "accuracy": float(test["accuracy"]),
-        "loss": float(test["loss"]),
-        "cross_entropy": float(test["cross_entropy"]),
-        "eval_examples": int(test["eval_examples"]),
-        "validation_accuracy": None if validation is None else float(validation["accuracy"]),
-        "validation_loss": None if validation is None else float(validation["loss"]),
-        "validation_examples": 0 if validation is None else int(validation["eval_examples"]),
-        "examples_per_sec": None if rate is None else round(rate, 1),
-        "train_seconds": round(train_seconds, 2),
-        "train_subsets": list(hp.train_subsets),
-        "precision": hp.precision,
-    }
-    if validation is None:
-        results["validation_note"] = (
-            "the validation split was training data (--train-subsets %s): no validation evaluation, tuning "
-            "report or best-by-validation export" % " ".join(hp.train_subsets)
-        )
-    for key in ("accuracy_flip_tta", "accuracy_tta"):
-        if key in test:
-            results[key] = float(test[key])
-    asked = [name for name, _ in evaluation_images(hp)[1]]
-    results["final_views"] = ["plain"] + [v for v in asked if v not in dropped]
-    if dropped:
-        results["final_views_dropped"] = dropped
-    if planner is not None:
-        results.update(
-            time_budget_secs=hp.time_budget,
-            planned_steps=planner.state.planned_steps,
-            replans=planner.state.replans,
-            budget_used_by_earlier_runs_secs=round(planner.earlier_secs, 2),
-            stopped_at_the_deadline=planner.stopped_early,
-            evaluation_speedup=round(planner.eval_speedup, 2),
-        )
-    results["wall_secs"] = round(time.monotonic() - estimator.STARTED, 2)
-    if planner is not None and planner.training_ended is not None:
-        # What the end of the run (evaluations, exports) took against what the plan kept for it.
-        ended, reserved = planner.training_ended
-        results.update(final_secs_reserved=round(reserved, 2), final_secs=round(time.monotonic() - ended, 2))
-        if planner.setup_secs is not None:
-            results["training_setup_secs"] = round(planner.setup_secs, 2)
+    results = results_record(hp, test, validation, dropped, rate, train_seconds)
+    results.update(_budget_record(hp, planner))
     logs.info(
         "Final test evaluation at step %d: accuracy %.4f, loss %.4f on %d images",
         results["global_step"],
@@ -379,6 +323,84 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
     return results
 
 
+def _test_views(hp, planner):
+    """``(the test evaluation's HParams, the optional views dropped)``: with a budget, the views that
+    still fit its time left (the plan kept time for them)."""
+    if planner is None:
+        return hp, []
+    kept, dropped = planner.views_that_fit(planner.clock())
+    dropped = [v for v in dropped if v in dict(evaluation_images(hp)[1])]
+    if dropped:
+        logs.info("time budget: test evaluation without the %s view(s): they do not fit", " and ".join(dropped))
+    return test_hparams(hp, kept), dropped
+
+
+def _final_validation(hp, estimator_, job_hooks: Hooks):
+    """The last validation evaluation's metrics (None where the validation split was training data)."""
+    if not hp.validates:
+        return None
+    if job_hooks.reporter.results:
+        return job_hooks.reporter.results[-1]
+    # A chief (unlike a master or a local run) leaves evaluation to the evaluator task; the tuning
+    # service reads the chief's reports, so the chief evaluates the validation split once and reports it.
+    validation = estimator_.evaluate(input_fn(hp, fmt.VALIDATION), name=fmt.VALIDATION)
+    job_hooks.reporter.export(estimator_, None, estimator_.latest_checkpoint(), validation, True)
+    return validation
+
+
+def results_record(hp, test: dict, validation, dropped, examples_per_sec, train_seconds: float) -> dict:
+    """results.json's record of the test and validation evaluations (a pure function of its inputs)."""
+    results = {
+        "global_step": int(test["global_step"]),
+        "accuracy": float(test["accuracy"]),
+        "loss": float(test["loss"]),
+        "cross_entropy": float(test["cross_entropy"]),
+        "eval_examples": int(test["eval_examples"]),
+        "validation_accuracy": None if validation is None else float(validation["accuracy"]),
+        "validation_loss": None if validation is None else float(validation["loss"]),
+        "validation_examples": 0 if validation is None else int(validation["eval_examples"]),
+        "examples_per_sec": None if examples_per_sec is None else round(examples_per_sec, 1),
+        "train_seconds": round(train_seconds, 2),
+        "train_subsets": list(hp.train_subsets),
+        "precision": hp.precision,
+    }
+    if validation is None:
+        results["validation_note"] = (
+            "the validation split was training data (--train-subsets %s): no validation evaluation, tuning "
+            "report or best-by-validation export" % " ".join(hp.train_subsets)
+        )
+    for key in ("accuracy_flip_tta", "accuracy_tta"):
+        if key in test:
+            results[key] = float(test[key])
+    asked = [name for name, _ in evaluation_images(hp)[1]]
+    results["final_views"] = ["plain"] + [v for v in asked if v not in dropped]
+    if dropped:
+        results["final_views_dropped"] = dropped
+    return results
+
+
+def _budget_record(hp, planner) -> dict:
+    """results.json's record of the run's time: the plan, and what the end took against its reserve."""
+    record = {"wall_secs": round(time.monotonic() - estimator.STARTED, 2)}
+    if planner is None:
+        return record
+    record.update(
+        time_budget_secs=hp.time_budget,
+        planned_steps=planner.state.planned_steps,
+        replans=planner.state.replans,
+        budget_used_by_earlier_runs_secs=round(planner.earlier_secs, 2),
+        stopped_at_the_deadline=planner.stopped_early,
+        evaluation_speedup=round(planner.eval_speedup, 2),
+    )
+    if planner.training_ended is not None:
+        # What the end of the run (evaluations, exports) took against what the plan kept for it.
+        ended, reserved = planner.training_ended
+        record.update(final_secs_reserved=round(reserved, 2), final_secs=round(time.monotonic() - ended, 2))
+        if planner.setup_secs is not None:
+            record["training_setup_secs"] = round(planner.setup_secs, 2)
+    return record
+
+
 def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
     if hp.verbose:
         v1.logging.info("Resolved hyperparameters: %s", json.dumps(description, sort_keys=True))
@@ -386,7 +408,7 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
     length = (
         "%d steps" % hp.train_steps
         if hp.train_steps
-        else "a time budget of %s" % (time_budget.format_duration(hp.time_budget))
+        else "a time budget of %s" % (durations.format_clock(hp.time_budget))
     )
     probe = ""
     if hp.precision_probe:
@@ -446,7 +468,7 @@ def summary_lines(hp: hparams_lib.HParams, results: dict) -> list:
             format(results["eval_examples"], ","),
             " (with %s)" % ", ".join(tta) if tta else "",
             results["global_step"],
-            time_budget.format_duration(results["wall_secs"]),
+            durations.format_clock(results["wall_secs"]),
         ),
         "  results:     %s (hparams.json, curves.png beside it)" % storage.join(hp.job_dir, RESULTS_FILE),
     ]

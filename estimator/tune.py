@@ -14,6 +14,7 @@ configuration or flag it cannot honour (then nothing is created).
 """
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -42,9 +43,7 @@ def check_trainer_flags(trainer_flags, job_dir: str):
     return hp, flags.flag_names()
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    own, trainer_flags = processes.split_argv(argv)
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m estimator.tune",
         description=__doc__.split("\n")[0],
@@ -68,33 +67,21 @@ def main(argv=None) -> int:
         "journal:PATH (a journal file on a shared file system). Default: JOB_DIR/study.db, this machine's.",
     )
     parser.add_argument("--study-name", default=None, help="The study's name in the storage (default: JOB_DIR's).")
-    args = parser.parse_args(own)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    own, trainer_flags = processes.split_argv(argv)
+    args = build_parser().parse_args(own)
+    given_flags = list(trainer_flags)
     try:
-        if args.max_trials is not None and args.max_trials < 1:
-            raise spec_lib.SpecError("--max-trials %d must be at least 1." % args.max_trials)
-        if args.parallel_trials is not None and args.parallel_trials < 1:
-            raise spec_lib.SpecError("--parallel-trials %d must be at least 1." % args.parallel_trials)
+        for name in ("max_trials", "parallel_trials"):
+            if getattr(args, name) is not None and getattr(args, name) < 1:
+                flag = "--" + name.replace("_", "-")
+                raise spec_lib.SpecError("%s %d must be at least 1." % (flag, getattr(args, name)))
         training_input = spec_lib.load(args.config)
-        hp, options = check_trainer_flags(trainer_flags, args.job_dir)
-        given_flags = list(trainer_flags)
-        member = family.member(hp.network_choice["member"]) if hp.network_choice else None
-        source = "--recipe %s" % hp.recipe if hp.recipe else "the flags given"
-        extra, notes = trial_flags.for_trials(hp.train_subsets, source, member)
-        for note in notes:
-            # best.args gives the recipe back with the best trial's parameters, for the final model.
-            print(
-                "note: %s; %s gives it back with the best trial's parameters, for the final model."
-                % (note, os.path.join(args.job_dir, report.BEST_ARGS))
-            )
-        if member is not None:
-            # best.args keeps --network auto, for the final model's own budget.
-            print(
-                "note: the trials train %s, the member --network auto chose for this budget on this machine."
-                % member.name
-            )
-        if extra:
-            trainer_flags = trainer_flags + extra
-            hp, options = check_trainer_flags(trainer_flags, args.job_dir)
+        hp, options, trainer_flags = _trials_flags(trainer_flags, args.job_dir)
         study_spec = spec_lib.study_spec(training_input, options)
     except spec_lib.SpecError as e:
         print("error: %s" % e, file=sys.stderr)
@@ -104,10 +91,7 @@ def main(argv=None) -> int:
 
     max_trials = args.max_trials or study_spec.max_trials
     if study_spec.algorithm == "GRID_SEARCH":
-        size = 1
-        for values in spec_lib.grid(study_spec.params).values():
-            size *= len(values)
-        max_trials = min(max_trials, size)
+        max_trials = min(max_trials, math.prod(len(values) for values in spec_lib.grid(study_spec.params).values()))
     parallel = args.parallel_trials or min(study_spec.max_parallel_trials, os.cpu_count() or 1)
     extra = study.trainer_defaults(trainer_flags, study_spec, parallel, hp.train_steps)
     os.makedirs(args.job_dir, exist_ok=True)
@@ -135,7 +119,42 @@ def main(argv=None) -> int:
             ", early stopping (median rule)" if study_spec.early_stopping else "",
         )
     )
-    status = 0
+    result, status = _run(coordinator)
+    if result is None:
+        return status
+    paths = report.write(args.job_dir, result, study_spec)
+    _report_best(args.job_dir, result, study_spec, given_flags)
+    print("Wrote %s and %s" % (paths["csv"], paths["png"]))
+    return status
+
+
+def _trials_flags(trainer_flags, job_dir: str):
+    """``(hp, options, the trials' flags)``: the trainer flags checked, with what the trials need added
+    (``trial_flags.for_trials``: the training split alone, a recipe's chosen member), and said so."""
+    hp, options = check_trainer_flags(trainer_flags, job_dir)
+    member = family.member(hp.network_choice["member"]) if hp.network_choice else None
+    source = "--recipe %s" % hp.recipe if hp.recipe else "the flags given"
+    extra, notes = trial_flags.for_trials(hp.train_subsets, source, member)
+    for note in notes:
+        # best.args gives the recipe back with the best trial's parameters, for the final model.
+        print(
+            "note: %s; %s gives it back with the best trial's parameters, for the final model."
+            % (note, os.path.join(job_dir, report.BEST_ARGS))
+        )
+    if member is not None:
+        # best.args keeps --network auto, for the final model's own budget.
+        chosen = "the member --network auto chose for this budget on this machine"
+        print("note: the trials train %s, %s." % (member.name, chosen))
+    if not extra:
+        return hp, options, list(trainer_flags)
+    trainer_flags = list(trainer_flags) + extra
+    hp, options = check_trainer_flags(trainer_flags, job_dir)
+    return hp, options, trainer_flags
+
+
+def _run(coordinator):
+    """``(the study, exit status)``, or ``(None, status)`` where the study stopped before a report."""
+    from estimator.tuning import study
 
     received = [signal.SIGINT]
 
@@ -145,52 +164,46 @@ def main(argv=None) -> int:
 
     signal.signal(signal.SIGTERM, terminated)
     try:
-        result = coordinator.run()
+        return coordinator.run(), 0
     except KeyboardInterrupt:
         print(
             "interrupted: the trials running were stopped (each saved a checkpoint); the same command continues "
             "the study",
             file=sys.stderr,
         )
-        return 128 + received[0]
+        return None, 128 + received[0]
     except study.StudyFailed as e:
         print("error: %s" % e, file=sys.stderr)
-        result, status = coordinator.study, 1
+        return coordinator.study, 1
     except spec_lib.SpecError as e:
         print("error: %s" % e, file=sys.stderr)
-        return 2
-    paths = report.write(args.job_dir, result, study_spec)
+        return None, 2
+
+
+def _report_best(job_dir: str, result, study_spec, given_flags) -> None:
+    """Prints the best trial and its command, and writes best.args (the given flags with its parameters)."""
     best = report.best_trial(result)
-    if best is not None:
-        print(
-            "Best trial %s: %s %.4f with %s"
-            % (
-                best.user_attrs["trial_id"],
-                study_spec.metric,
-                best.value,
-                " ".join("--%s=%s" % kv for kv in best.user_attrs["values"].items()),
-            )
-        )
-        # The trainer added the trial's id to --job-dir (CLOUD_ML_TRIAL_ID), as on the cloud service.
-        print(
-            "  python %s  (with CLOUD_ML_TRIAL_ID=%s: its directory %s)"
-            % (
-                best.user_attrs["command"],
-                best.user_attrs["trial_id"],
-                os.path.join(args.job_dir, best.user_attrs["trial_id"]),
-            )
-        )
-        best_args = report.write_best_args(
-            os.path.join(args.job_dir, report.BEST_ARGS),
-            given_flags,
-            best.user_attrs["trial_id"],
-            best.user_attrs["values"],
-            "of the study in %s: %s %.4f on the validation split"
-            % (os.path.abspath(args.job_dir), study_spec.metric, best.value),
-        )
-        print("The final model with them: python -m estimator.cifar10_main @%s --data-dir D --job-dir J" % best_args)
-    print("Wrote %s and %s" % (paths["csv"], paths["png"]))
-    return status
+    if best is None:
+        return
+    values, trial_id = best.user_attrs["values"], best.user_attrs["trial_id"]
+    print(
+        "Best trial %s: %s %.4f with %s"
+        % (trial_id, study_spec.metric, best.value, " ".join("--%s=%s" % kv for kv in values.items()))
+    )
+    # The trainer added the trial's id to --job-dir (CLOUD_ML_TRIAL_ID), as on the cloud service.
+    print(
+        "  python %s  (with CLOUD_ML_TRIAL_ID=%s: its directory %s)"
+        % (best.user_attrs["command"], trial_id, os.path.join(job_dir, trial_id))
+    )
+    best_args = report.write_best_args(
+        os.path.join(job_dir, report.BEST_ARGS),
+        given_flags,
+        trial_id,
+        values,
+        "of the study in %s: %s %.4f on the validation split"
+        % (os.path.abspath(job_dir), study_spec.metric, best.value),
+    )
+    print("The final model with them: python -m estimator.cifar10_main @%s --data-dir D --job-dir J" % best_args)
 
 
 if __name__ == "__main__":

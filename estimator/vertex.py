@@ -31,10 +31,10 @@ from estimator.common import logs  # noqa: E402
 logs.quiet_imports()
 
 from estimator.cloud import vertex_job, vertex_study  # noqa: E402
-from estimator.common import processes  # noqa: E402
+from estimator.common import durations, processes  # noqa: E402
 from estimator.common.options import Network  # noqa: E402
 from estimator.networks import family  # noqa: E402
-from estimator.training import recipes, time_budget  # noqa: E402
+from estimator.training import recipes  # noqa: E402
 from estimator.tuning import report, trial_flags  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402
 
@@ -90,7 +90,7 @@ def _parser(kind: str) -> argparse.ArgumentParser:
     )
     job.add_argument(
         "--timeout",
-        type=time_budget.duration_flag,
+        type=durations.flag,
         default=None,
         metavar="DURATION",
         help="The longest the job may run, e.g. 8h or 2h30m (Vertex AI's default: 7 days).",

@@ -203,7 +203,6 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     assert "Done: test accuracy " in out and "results:     %s/results.json" % job in out
     assert "exports:     %s/export/final/" % job in out and "TensorBoard: tensorboard --logdir %s" % job in out
     results = json.load(open(os.path.join(job, "results.json")))
-    assert results["wall_secs"] <= 61.0, results
     # The views the end's share (15% of 60 s: 9 s) had room for, and the others said to be dropped.
     views = results["final_views"]
     assert views[0] == "plain" and set(views[1:]) | set(results.get("final_views_dropped", [])) == {
@@ -322,18 +321,22 @@ def test_a_budget_too_short_for_probes_chooses_from_estimates_and_says_so(mini_r
     assert {c["member"]: c["speed"] for c in record["candidates"]}["airbench94 x0.5"] == "timed"
 
 
-def test_a_studys_trials_share_what_the_first_measured(mini_records, tmp_path, monkeypatch):
-    # Trials of a study (CLOUD_ML_TRIAL_ID, each its own job dir; on Vertex AI each its own machine) that
-    # name one --probe-cache (estimator.vertex gives a study's trials BASE/probe-cache) time nothing twice.
+@pytest.mark.parametrize("where", ["local", "gcs"])
+def test_a_studys_trials_share_what_the_first_measured(mini_records, tmp_path, monkeypatch, request, where):
+    # Trials of a study (CLOUD_ML_TRIAL_ID, each its own job dir; on Vertex AI each its own machine, whose
+    # trials estimator.vertex gives --probe-cache gs://BASE/probe-cache) time nothing twice.
+    from estimator.common import storage
     from estimator.training import precision
 
+    base = request.getfixturevalue("gcs") + "/study" if where == "gcs" else str(tmp_path / "study")
     cpu = SlowCpu()
     monkeypatch.setattr(precision, "time_network", cpu.time_network)
     argv = ["--network", "auto", "--time-budget", "5m", "--train-batch-size", "64", "--eval-batch-size", "100"]
-    argv += ["--probe-cache", str(tmp_path / "study" / "probe-cache")]
+    argv += ["--probe-cache", storage.join(base, "probe-cache")]
     first = config.resolve(parse(tmp_path, mini_records, *argv), environ={"CLOUD_ML_TRIAL_ID": "1"}, gpus_visible=0)
     timed = list(cpu.timed)
     assert timed and first.job_dir.endswith("/job/1")
     second = config.resolve(parse(tmp_path, mini_records, *argv), environ={"CLOUD_ML_TRIAL_ID": "2"}, gpus_visible=0)
     assert cpu.timed == timed and second.job_dir.endswith("/job/2")
     assert second.network_choice == first.network_choice and second.speed_probe == first.speed_probe
+    assert storage.exists(storage.join(base, "probe-cache", precision.CACHE_FILE))

@@ -6,8 +6,8 @@
 * ``jobdir``: one trainer per job dir (a lock with the holder's host, pid and
   start, taken over when its holder is gone), and a job dir of another network
   refused before anything is built or written.
-* ``failures``: storage failures (a full or read-only disk) as one line naming
-  the path, the operation and the OS error.
+* storage failures (a full or read-only disk) as one line naming the path, the
+  operation and the OS error: ``estimator.common.failures``, re-exported here.
 
 ``estimator.cifar10_main`` wires them around ``estimator.train.run``.
 """

@@ -82,6 +82,37 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
     if gpus_visible is None:
         gpus_visible = devices.visible_gpus()
     flags.validate(args, cluster, gpus_visible)
+    fields = {f for f in hparams_lib.HParams.__dataclass_fields__}
+    values = {k: v for k, v in vars(args).items() if k in fields}
+    values.update(_places(args, environ, cluster))
+    values.update(
+        train_steps=None if args.time_budget else train_steps_of(args, cluster.num_workers, num_train),
+        train_subsets=train_subsets,
+        # Training on the validation split leaves nothing to validate on: train, then test.
+        eval_policy="final" if fmt.VALIDATION in train_subsets else args.eval_policy,
+        lr_decay_steps=None if args.lr_decay_steps is None else tuple(args.lr_decay_steps),
+        data_format=args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last"),
+        cluster=cluster,
+        num_workers=cluster.num_workers,
+        num_train_examples=num_train,
+    )
+    cpu = probe_cache.cpu_info(environ=environ)
+    # What a restart keeps from its first run (the member, the filter-gradient plan, the speeds measured):
+    # read only where something of it is used.
+    measures = args.num_gpus == 0 and (args.time_budget or args.precision != Precision.FP32)
+    earlier = _recorded(values["job_dir"]) if args.network == Network.AUTO or measures else {}
+    speed = None
+    if args.network == Network.AUTO:
+        chosen_values, speed = _choose_network(args, values, earlier, cpu)
+        values.update(chosen_values)
+    hp = hparams_lib.HParams(**values)
+    hparams_lib.check_schedule(hp)
+    return _measure_this_machine(_precision(hp, cpu), earlier, cpu, speed)
+
+
+def _places(args, environ, cluster) -> dict:
+    """Where the job writes and what it reads from the environment for that: its directory (a tuning
+    trial's its own), Vertex AI's TensorBoard and model directories, the probes' cache."""
     job_dir = job_dir_of(args.job_dir, environ)
     if cluster.trial and args.job_dir:
         # Parallel tuning trials must never share a checkpoint directory. Vertex AI's
@@ -93,46 +124,29 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
     model_export_dir = environ.get(MODEL_VARIABLE) or None
     if model_export_dir and model_export_dir.rstrip("/") == job_dir.rstrip("/"):
         model_export_dir = None  # the job dir itself (no AIP_CHECKPOINT_DIR): its export/ holds the model
-    fields = {f for f in hparams_lib.HParams.__dataclass_fields__}
-    values = {k: v for k, v in vars(args).items() if k in fields}
-    values.update(
-        job_dir=job_dir,
-        train_steps=None if args.time_budget else train_steps_of(args, cluster.num_workers, num_train),
-        train_subsets=train_subsets,
-        # Training on the validation split leaves nothing to validate on: train, then test.
-        eval_policy="final" if fmt.VALIDATION in train_subsets else args.eval_policy,
-        lr_decay_steps=None if args.lr_decay_steps is None else tuple(args.lr_decay_steps),
-        data_format=args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last"),
-        cluster=cluster,
-        num_workers=cluster.num_workers,
-        num_train_examples=num_train,
-        tensorboard_dir=tensorboard_dir,
-        model_export_dir=model_export_dir,
-        probe_cache=args.probe_cache or probe_cache.default_directory(environ),
-    )
-    cpu = probe_cache.cpu_info(environ=environ)
-    # What a restart keeps from its first run (the member, the filter-gradient plan, the speeds measured):
-    # read only where something of it is used.
-    measures = args.num_gpus == 0 and (args.time_budget or args.precision != Precision.FP32)
-    earlier = _recorded(job_dir) if args.network == Network.AUTO or measures else {}
-    speed = None
-    if args.network == Network.AUTO:
-        chosen_values, speed = _choose_network(args, values, earlier, cpu)
-        values.update(chosen_values)
-    hp = hparams_lib.HParams(**values)
-    hparams_lib.check_schedule(hp)
+    return {
+        "job_dir": job_dir,
+        "tensorboard_dir": tensorboard_dir,
+        "model_export_dir": model_export_dir,
+        "probe_cache": args.probe_cache or probe_cache.default_directory(environ),
+    }
+
+
+def _precision(hp: hparams_lib.HParams, cpu: dict) -> hparams_lib.HParams:
+    """``hp`` with its precision checked against this CPU, and ``--precision auto`` chosen by measurement."""
     if hp.precision == Precision.BF16 and hp.num_gpus == 0 and cpu["isa"] not in probe_cache.BF16_ISAS:
         raise ValueError(
             "--precision bf16: %s=%s holds oneDNN below bf16 on this CPU, where TensorFlow 2.15 aborts on the "
             "first bf16 matrix product: use --precision fp32 or auto, or unset %s."
             % (probe_cache.ISA_VARIABLE, cpu["isa"], probe_cache.ISA_VARIABLE)
         )
-    if hp.precision == Precision.AUTO:
-        from estimator.training import precision
+    if hp.precision != Precision.AUTO:
+        return hp
+    from estimator.training import precision
 
-        chosen, probe = precision.choose(hp.replace(precision="fp32"), cpu=cpu)
-        hp = hp.replace(precision=chosen, precision_probe=probe)
-    return _measure_this_machine(hp, earlier, cpu, speed)
+    measure = precision.affordable(hp.time_budget)
+    chosen, probe = precision.choose(hp.replace(precision="fp32"), cpu=cpu, measure=measure)
+    return hp.replace(precision=chosen, precision_probe=probe)
 
 
 def _measure_this_machine(hp: hparams_lib.HParams, earlier: dict, cpu: dict, speed=None) -> hparams_lib.HParams:

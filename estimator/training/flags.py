@@ -10,13 +10,14 @@ import math
 import shlex
 import sys
 
+from estimator.common import durations
 from estimator.common.cluster import Cluster
 from estimator.common.options import LrSchedule, Network, ResNetVersion, VariableStrategy
 from estimator.data import pipeline
 from estimator.data import records as fmt
 from estimator.networks import airbench, registry, resnet
 from estimator.networks.layers import COMPUTE_DTYPES, DATA_FORMATS
-from estimator.training import devices, recipes, schedules, time_budget
+from estimator.training import devices, recipes, schedules
 from estimator.training.hparams import (
     AUTO,
     EVAL_POLICIES,
@@ -360,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluations and exports included, ends within it. Plans the steps from measured speed and re-plans as it "
         "drifts; the schedule (cosine or onecycle) reaches 0 at the end of the budget. Instead of --train-steps "
         "(default: off).",
-        type=time_budget.duration_flag,
+        type=durations.flag,
         default=None,
         metavar="DURATION",
     )

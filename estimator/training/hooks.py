@@ -8,15 +8,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from estimator.common import logs, tensor_names
+from estimator.common import durations, logs, tensor_names
 from estimator.reporting import summaries
 
 v1 = tf.compat.v1
-
-
-def _clock(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
 
 
 class ProgressHook(v1.train.SessionRunHook):
@@ -75,8 +70,8 @@ class ProgressHook(v1.train.SessionRunHook):
         total = self._total_of()
         if steps_per_sec:
             speed = "%.0f img/s" % (steps_per_sec * self._examples)
-            eta = _clock(max(0, total - step) / steps_per_sec)
-        budget = " | budget left %s" % _clock(self._budget_left()) if self._budget_left else ""
+            eta = durations.format_clock(max(0, total - step) / steps_per_sec)
+        budget = " | budget left %s" % durations.format_clock(self._budget_left()) if self._budget_left else ""
         logs.info(
             "step %d/%d (%d%%) | %s | loss %.4f (xent %.4f, acc %.2f) | lr %.4g | %s, ETA %s%s",
             step,
@@ -87,7 +82,7 @@ class ProgressHook(v1.train.SessionRunHook):
             float(r["xent"]),
             float(r["acc"]),
             float(r["lr"]),
-            _clock(now - self._start),
+            durations.format_clock(now - self._start),
             eta,
             budget,
         )

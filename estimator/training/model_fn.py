@@ -3,8 +3,8 @@
 Reading guide (the original's version was known as "here lives a dragon"):
 
 1. ``split_batch`` cuts the global batch into one shard per tower.
-2. ``tower_fn`` builds the ResNet on one shard and returns its logits, loss
-   and gradients. Towers share variables (``variable_scope(reuse=...)``).
+2. ``tower_fn`` builds the network (``registry.build``: a ResNet or airbench's) on one shard and
+   returns its logits, loss and gradients. Towers share variables (``variable_scope(reuse=...)``).
 3. ``average_gradients`` averages each variable's gradients over the towers on
    the variable's own device, so only one tensor per variable crosses devices.
 4. ``model_fn`` adds the learning-rate schedule, the momentum optimizer (wrapped
@@ -253,22 +253,7 @@ def _training_spec(hp, features, labels, mode, config):
                 features,
                 labels,
             )
-        optimizer = scaled
-        training_hooks = []
-        if hp.sync:
-            optimizer = v1.train.SyncReplicasOptimizer(
-                optimizer, replicas_to_aggregate=hp.num_workers, total_num_replicas=hp.num_workers
-            )
-            training_hooks.append(
-                hooks_lib.SyncReplicasHook(optimizer, config.is_chief if config else True, num_workers=hp.num_workers)
-            )
-        minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
-        train_op = tf.group(minimize, *update_ops)
-        if hp.lookahead:
-            train_op = apply_lookahead(train_op, averaged_variables(), global_step, done_at)
-        if hp.ema_decay:
-            train_op = _apply_weight_averages(hp, train_op, global_step)
-
+        train_op, training_hooks = _optimizer_step(hp, scaled, gradvars, update_ops, global_step, done_at, config)
         # v1 summary tags are op-name scopes; a scope of their own keeps them
         # from colliding with the named tensors above ("learning_rate_1").
         with tf.name_scope("train"):
@@ -285,6 +270,26 @@ def _training_spec(hp, features, labels, mode, config):
     return tf.estimator.EstimatorSpec(
         mode, loss=loss, predictions=predictions, train_op=train_op, training_hooks=training_hooks
     )
+
+
+def _optimizer_step(hp, optimizer, gradvars, update_ops, global_step, done_at, config):
+    """``(train_op, hooks)``: the averaged gradients applied (through SyncReplicasOptimizer for
+    ``--sync``), the towers' batch-norm updates, then the weight averages (Lookahead, EMA)."""
+    training_hooks = []
+    if hp.sync:
+        optimizer = v1.train.SyncReplicasOptimizer(
+            optimizer, replicas_to_aggregate=hp.num_workers, total_num_replicas=hp.num_workers
+        )
+        training_hooks.append(
+            hooks_lib.SyncReplicasHook(optimizer, config.is_chief if config else True, num_workers=hp.num_workers)
+        )
+    minimize = optimizer.apply_gradients(gradvars, global_step=global_step)
+    train_op = tf.group(minimize, *update_ops)
+    if hp.lookahead:
+        train_op = apply_lookahead(train_op, averaged_variables(), global_step, done_at)
+    if hp.ema_decay:
+        train_op = _apply_weight_averages(hp, train_op, global_step)
+    return train_op, training_hooks
 
 
 def _histograms(gradvars):

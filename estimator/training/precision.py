@@ -29,7 +29,7 @@ CACHE_FILE = "network_speed_probe.json"
 # AVX2-only EPYC). The evaluation's batches get a third of that.
 PROBE_WARMUP_STEPS = 1
 PROBE_STEPS = 6
-PROBE_SECS = 1.5
+PROBE_SECS = 1.0
 # --time-budget: below this budget nothing is timed (a first run's probes, 4-15 s, would be a tenth of it);
 # the choices are made from what the cache holds, else from estimates, and say so.
 PROBED_BUDGET_SECS = 120.0
@@ -129,9 +129,9 @@ def network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True) -> di
     """``{"train": images/s, "eval": images/s}`` of ``hp``'s network in ``hp.precision`` on this CPU:
     timed once (``time_network``, a few seconds) and cached per CPU, network, batch sizes and TensorFlow
     version in ``hp.probe_cache``. What ``--network auto`` compares the family's members by, and what
-    ``--time-budget`` plans with: the evaluation's ratio to training (3.4 for the airbench network in
-    fp32 on an AVX2-only EPYC) decides the end's reserve. ``measure`` False: only what is cached (None
-    where nothing is)."""
+    ``--time-budget`` plans with: the evaluation's ratio to training (which differs between CPUs,
+    networks and precisions: docs/speed.md) decides the end's reserve. ``measure`` False: only what is
+    cached (None where nothing is)."""
     cpu = cpu or cpu_info()
     path = cache_file or cache_path(CACHE_FILE, hp.probe_cache)
     key = "|".join((cache_key(cpu, hp), str(hp.precision), str(hp.eval_batch_size // len(hp.towers))))

@@ -36,23 +36,22 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from dataclasses import asdict, dataclass, field
+
+from estimator.common import durations
 
 BUDGET_FILE = "budget.json"
 
 # Steps left out of the speed measurement: they pay for graph optimisation and
 # filling the input pipeline (measured here: the first ~10 steps take 2-5x longer).
 WARMUP_STEPS = 10
-# Evaluation runs this many times as many images per second as training (forward
-# only, large batches). The trainer times the ratio on the CPU at hand
-# (precision.evaluation_speedup: 3.4x for the airbench network in fp32 on an AVX2-only
-# EPYC, 530 against 156 images/s, docs/speed.md); this guess is for GPUs,
-# where it is not timed.
+# Evaluation runs this many times as many images per second as training (forward only, large
+# batches). On the CPU the configuration times the ratio (precision.network_speed; the ratios measured
+# per CPU are in docs/speed.md); this guess is for GPUs, where it is not timed.
 EVAL_SPEEDUP = 4.0
 # The same on a CPU where nothing was timed (a budget too short for probes): below every ratio measured
-# on a CPU (3.4 on the AVX2-only EPYC, 4.0 on a Zen 5), so that the end's reserve is never too small.
+# on a CPU (docs/speed.md), so that the end's reserve is never too small.
 CPU_EVAL_SPEEDUP = 3.0
 # Plan with this share of the measured ratio, a margin for the probe's few batches: the real
 # evaluations (larger graphs, records to decode, TTA views) still ran faster than the probe's
@@ -78,46 +77,6 @@ FINAL_SHARE = 0.15
 END_TOLERANCE_SECS = 1.0
 # The end's reserve follows the training speed down to this factor below the best measured.
 BURST_FACTOR = 2.0
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``90s``, ``5m``, ``1h30m``, ``1h2m3s`` or plain seconds (``300``, ``12.5``).
-
-    Raises:
-      ValueError: naming the text and the forms it takes.
-    """
-    value = str(text).strip().lower()
-    seconds = None
-    try:
-        seconds = float(value)
-    except ValueError:
-        match = _DURATION.match(value)
-        if match and any(match.groups()):
-            h, m, s = (float(g) if g else 0.0 for g in match.groups())
-            seconds = 3600 * h + 60 * m + s
-    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError("%r is not a positive duration: use e.g. 90s, 5m, 1h30m or seconds (300)." % text)
-    return seconds
-
-
-def duration_flag(text: str) -> float:
-    """``parse_duration`` as an argparse ``type`` (``--time-budget``, ``estimator.vertex --timeout``)."""
-    import argparse
-
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-duration_flag.__name__ = "duration"
-
-
-def format_duration(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
 
 
 @dataclass(frozen=True)
@@ -501,7 +460,7 @@ def hook(planner: Planner, job_dir: str, log):
                         planner.steps_per_sec,
                         plan.total_steps,
                         old.total_steps,
-                        format_duration(planner.remaining_secs(planner.clock())),
+                        durations.format_clock(planner.remaining_secs(planner.clock())),
                     )
                 )
                 self._save(step)
