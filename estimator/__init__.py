@@ -7,13 +7,8 @@ already has an unrelated ``estimator``.
 """
 
 import os
-import time
 
-from estimator.common.processes import seconds_since_start
-
-# When this process started, on the monotonic clock: --time-budget counts the whole command, the
-# interpreter's own start included, from here to its end.
-STARTED = time.monotonic() - seconds_since_start()
+from estimator.common import processes  # noqa: F401 - first: the start of the process where Linux does not say
 
 __version__ = "0.3.0"
 

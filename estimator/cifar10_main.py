@@ -47,9 +47,9 @@ def _interrupted_line(hp, error: resilience.Interrupted, argv) -> str:
 
 
 def main(argv=None) -> int:
-    verbose = logs.verbose_requested(argv)
-    logs.configure(verbose)
+    logs.configure(logs.verbose_requested(argv))  # while the flags are resolved (the probes log)
     hp = parse(argv)
+    logs.configure(hp.verbose)  # the resolved setting from here on: --verbose in @FILE or a recipe counts
     if hp.deterministic:
         tf.config.experimental.enable_op_determinism()
     cluster = hp.cluster
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
         failure = failures.storage_failure(e)
         if failure is None:
             raise
-        if verbose:
+        if hp.verbose:
             import traceback
 
             traceback.print_exc()

@@ -39,15 +39,17 @@ def parse(argv=None):
     # here, so a cluster or trial of TF_CONFIG does not apply, and the job dir may be left out.
     environ = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "CLOUD_ML_TRIAL_ID")}
     try:
-        hp = config.resolve(argparse.Namespace(**dict(vars(args), job_dir=args.job_dir or output)), environ)
+        namespace = argparse.Namespace(**dict(vars(args), job_dir=args.job_dir or output))
+        hp = config.resolve(namespace, environ, given=flags.given_flags(argv))
     except (ValueError, config.MissingDataError) as e:
         parser.error(str(e))
     return hp, output
 
 
 def main(argv=None) -> int:
-    logs.configure(logs.verbose_requested(argv))
+    logs.configure(logs.verbose_requested(argv))  # while the flags are resolved
     hp, output = parse(argv)
+    logs.configure(hp.verbose)
     from estimator.health import before_run
 
     print("Pre-flight checks of %s (%s, %s) on %s" % (registry.describe(hp), hp.precision, hp.data_format, hp.data_dir))

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-import estimator
 from estimator import health
 from estimator.common import cluster as cluster_lib
-from estimator.common import durations, logs, storage
+from estimator.common import durations, logs, processes, storage
 from estimator.common.options import EvalPolicy, HealthAction
 from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet
@@ -151,18 +150,14 @@ def test_hparams(hp: hparams_lib.HParams, views) -> hparams_lib.HParams:
 
 def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
     """The time-budget planner, continuing what earlier runs of the job used (JOB_DIR/budget.json)."""
-    path = storage.join(hp.job_dir, time_budget.BUDGET_FILE)
-    if storage.exists(path):
-        state = time_budget.BudgetState.from_json(storage.read_text(path))
-        state.budget_secs = hp.time_budget
+    state = time_budget.BudgetState.load(hp.job_dir, hp.time_budget)
+    if state.used_secs:
         logs.info(
             "time budget: %s of %s used by earlier runs of this job; continuing at progress %.3f",
             durations.format_clock(state.used_secs),
             durations.format_clock(hp.time_budget),
             state.progress,
         )
-    else:
-        state = time_budget.BudgetState(hp.time_budget)
     probe = hp.precision_probe or {}
     guess = probe.get(hp.precision) or time_budget.GUESS_IMAGES_PER_SEC
     speedup = time_budget.EVAL_SPEEDUP if hp.num_gpus else time_budget.CPU_EVAL_SPEEDUP
@@ -188,7 +183,7 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
     always, views = evaluation_images(hp)
     return time_budget.Planner(
         hp.time_budget,
-        estimator.STARTED,
+        processes.started_at(),
         state,
         hp.global_batch_size,
         always,
@@ -381,7 +376,7 @@ def results_record(hp, test: dict, validation, dropped, examples_per_sec, train_
 
 def _budget_record(hp, planner) -> dict:
     """results.json's record of the run's time: the plan, and what the end took against its reserve."""
-    record = {"wall_secs": round(time.monotonic() - estimator.STARTED, 2)}
+    record = {"wall_secs": round(time.monotonic() - processes.started_at(), 2)}
     if planner is None:
         return record
     record.update(

@@ -59,7 +59,21 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         "--package-uri (Google's prebuilt TensorFlow 2.15 images are gone: refused).",
     )
     software.add_argument("--package-uri", default=None, help="gs:// URI of the sdist, with --executor-image-uri.")
-    job = parser.add_argument_group("where it runs and writes")
+    _add_placement_flags(parser.add_argument_group("where it runs and writes"))
+    if kind == "hp-tuning-job":
+        parser.add_argument(
+            "--network-member",
+            default=None,
+            choices=[m.name for m in family.MEMBERS],
+            help="With --network auto (the recipes): the member of the family every trial trains. Trials run on "
+            "machines of their own and would each choose by their own timing; a study compares parameters, "
+            "so the member is fixed when the study is written.",
+        )
+    return parser
+
+
+def _add_placement_flags(job) -> None:
+    """Where a job runs and writes: region, outputs, identity, TensorBoard, network, VMs, time."""
     job.add_argument("--region", default=None, help="Default: trainingInput.region, else us-central1.")
     job.add_argument("--display-name", default="cifar10-resnet")
     job.add_argument(
@@ -95,16 +109,6 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         metavar="DURATION",
         help="The longest the job may run, e.g. 8h or 2h30m (Vertex AI's default: 7 days).",
     )
-    if kind == "hp-tuning-job":
-        parser.add_argument(
-            "--network-member",
-            default=None,
-            choices=[m.name for m in family.MEMBERS],
-            help="With --network auto (the recipes): the member of the family every trial trains. Trials run on "
-            "machines of their own and would each choose by their own timing; a study compares parameters, "
-            "so the member is fixed when the study is written.",
-        )
-    return parser
 
 
 def _trial_flags(trainer_flags, training_input, member_name):

@@ -405,3 +405,50 @@ def test_a_recipe_inside_a_flag_file_is_expanded_too(mini_records, tmp_path):
     flagfile.write_text("# a study's best.args\n--recipe he2016_resnet56 --num-gpus 0\n--weight-decay=3e-4\n")
     args = flags.build_parser().parse_args(["@" + str(flagfile), "--data-dir", mini_records, "--job-dir", "j"])
     assert (args.recipe, args.num_layers, args.num_gpus, args.weight_decay) == ("he2016_resnet56", 56, 0, 3e-4)
+
+
+def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini_records, tmp_path):
+    """tests/data/hparams_0.3.0.json: what version 0.3.0 wrote for the 5-minute recipe (airbench94 x0.5 named,
+    fp32, batch 64), without the keys this version adds (filter_gradients, speed_probe)."""
+    import shutil
+
+    import tensorflow as tf
+
+    from estimator import resilience
+    from estimator.networks import registry
+
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copy(os.path.join(os.path.dirname(__file__), "data", "hparams_0.3.0.json"), str(job / "hparams.json"))
+    recorded = json.load(open(str(job / "hparams.json")))
+    assert recorded["package_version"] == "0.3.0" and "speed_probe" not in recorded["hparams"]
+    hp = config.load(str(job))
+    assert (hp.network, hp.width_multiplier, hp.precision, hp.train_batch_size) == ("airbench", 0.5, "fp32", 64)
+    assert hp.filter_gradients is None and hp.speed_probe is None
+    # Every key it recorded reads back as it was; the new ones are added, none renamed.
+    again = json.loads(json.dumps(config.describe(hp)["hparams"]))  # as hparams.json holds it
+    assert {k: again[k] for k in recorded["hparams"]} == recorded["hparams"]
+    assert set(again) - set(recorded["hparams"]) == {"filter_gradients", "speed_probe"}
+    # Its training graph builds from hparams.json alone, and the same flags restart it.
+    with tf.Graph().as_default():
+        with tf.compat.v1.variable_scope("resnet"):
+            logits = registry.build(hp, True).forward_pass(tf.zeros([2, 32, 32, 3]))
+        assert logits.shape.as_list() == [2, 10]
+    argv = [
+        "--recipe",
+        "cpu_5min",
+        "--data-dir",
+        mini_records,
+        "--job-dir",
+        str(job),
+        "--network",
+        "airbench",
+        "--width-multiplier",
+        "0.5",
+    ]
+    argv += ["--precision", "fp32", "--train-batch-size", "64", "--time-budget", "90s"]
+    restarted, _ = config.parse(argv, environ={})
+    resilience.check_same_network(restarted)
+    other, _ = config.parse(argv + ["--width-multiplier", "0.25"], environ={})
+    with pytest.raises(resilience.ForeignJobDirError, match="--width-multiplier is 0.25 here, 0.5 in its hparams.json"):
+        resilience.check_same_network(other)

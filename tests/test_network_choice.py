@@ -99,9 +99,7 @@ def test_the_shipped_table_is_the_benchmarks():
 def parse(tmp_path, data_dir, *extra):
     argv = ["--data-dir", data_dir, "--job-dir", str(tmp_path / "job"), "--num-gpus", "0", "--lr-schedule", "cosine"]
     argv += list(extra)
-    args = flags.build_parser().parse_args(argv)
-    args.given = flags.given_flags(argv)
-    return args
+    return flags.build_parser().parse_args(argv)
 
 
 def test_auto_needs_a_budget_and_takes_no_resnet_flags(mini_records, tmp_path):
@@ -149,25 +147,10 @@ def test_a_job_restarted_on_another_cpu_keeps_its_graph_and_times_its_own_speed(
 
 def test_flags_given_by_hand_narrow_the_family_or_override_its_augmentation(mini_records, tmp_path, monkeypatch):
     monkeypatch.setenv("CIFAR10_CACHE_DIR", str(tmp_path / "cache"))
-    args = parse(
-        tmp_path,
-        mini_records,
-        "--network",
-        "auto",
-        "--time-budget",
-        "90s",
-        "--precision",
-        "fp32",
-        "--group-depth",
-        "2",
-        "--width-multiplier",
-        "0.5",
-        "--cutout",
-        "6",
-        "--train-batch-size",
-        "64",
-    )
-    hp = config.resolve(args, environ={}, gpus_visible=0)
+    by_hand = ["--group-depth", "2", "--width-multiplier", "0.5", "--cutout", "6", "--train-batch-size", "64"]
+    argv = ["--data-dir", mini_records, "--network", "auto", "--time-budget", "5m", "--precision", "fp32", *by_hand]
+    args = parse(tmp_path, *argv[1:])
+    hp = config.resolve(args, environ={}, gpus_visible=0, given=flags.given_flags(argv))
     # Only the member of that shape was a candidate, timed (the reference); the cutout given wins.
     assert [c["member"] for c in hp.network_choice["candidates"]] == ["airbench94 x0.5"]
     assert hp.network_choice["candidates"][0]["speed"] == "timed"
@@ -185,7 +168,7 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
 
     job = str(tmp_path / "job")
     flags = ["--data-dir", mini_records, "--job-dir", job] + (
-        "--num-gpus 0 --network auto --train-batch-size 64 --eval-batch-size 339 --time-budget 60s "
+        "--num-gpus 0 --network auto --train-batch-size 64 --eval-batch-size 339 --time-budget 40s "
         "--lr-schedule onecycle --precision auto --eval-flip-tta --eval-tta --seed 1 --health-checks off"
     ).split()
     env = {"CIFAR10_CACHE_DIR": str(tmp_path / "cache")}
@@ -194,7 +177,7 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
     choice = recorded["network_choice"]
     member = family.member(choice["member"])
-    assert recorded["network"] == "airbench" and choice["budget_secs"] == 60.0
+    assert recorded["network"] == "airbench" and choice["budget_secs"] == 40.0
     assert (recorded["group_depth"], recorded["width_multiplier"]) == (member.group_depth, member.width_multiplier)
     assert (recorded["crop_padding"], recorded["cutout"]) == (member.crop_padding, member.cutout)
     assert {c["member"] for c in choice["candidates"]} == {m.name for m in family.MEMBERS}
@@ -203,7 +186,7 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     assert "Done: test accuracy " in out and "results:     %s/results.json" % job in out
     assert "exports:     %s/export/final/" % job in out and "TensorBoard: tensorboard --logdir %s" % job in out
     results = json.load(open(os.path.join(job, "results.json")))
-    # The views the end's share (15% of 60 s: 9 s) had room for, and the others said to be dropped.
+    # The views the end's share (15% of 40 s: 6 s) had room for, and the others said to be dropped.
     views = results["final_views"]
     assert views[0] == "plain" and set(views[1:]) | set(results.get("final_views_dropped", [])) == {
         "flip",
@@ -263,13 +246,12 @@ def _recipe_values(tmp_path, mini_records, budget, cache):
     argv += ["--data-dir", mini_records, "--job-dir", str(tmp_path / "job"), "--time-budget", budget]
     argv += ["--probe-cache", cache]
     args = flags.build_parser().parse_args(argv)
-    args.given = flags.given_flags(argv)
     named = flags.build_parser().parse_args(argv + ["--network", "airbench", "--precision", "fp32"])
     hp = config.resolve(named, environ={"CIFAR10_CACHE_DIR": cache}, gpus_visible=0)
     fields = HParams.__dataclass_fields__
     values = {name: getattr(hp, name) for name in fields}
     values.update(num_train_examples=50000, speed_probe=None, network="auto", precision="auto")
-    return args, values
+    return args, values, flags.given_flags(argv)
 
 
 EPYC = {"model": "AMD EPYC", "family": "25", "model_number": "1", "flags": {"avx2", "fma"}, "cores": 2, "isa": ""}
@@ -284,9 +266,9 @@ def test_a_first_run_on_the_slowest_cpu_chooses_in_seconds_on_a_simulated_clock(
     from estimator.training import precision
 
     cpu = SlowCpu()
-    args, values = _recipe_values(tmp_path, mini_records, budget, str(tmp_path / "cache"))
+    args, values, given = _recipe_values(tmp_path, mini_records, budget, str(tmp_path / "cache"))
     monkeypatch.setattr(precision, "time_network", cpu.time_network)
-    member, record, probe, speed = config._measure_and_choose(args, values, EPYC, args.given)
+    member, record, probe, speed = config._measure_and_choose(args, values, EPYC, given)
     assert cpu.clock <= 10.0, (cpu.clock, cpu.timed)
     assert probe == {} and record["precision"] == "fp32"  # no native bf16: nothing timed for it
     by_name = {c["member"]: c for c in record["candidates"]}
@@ -300,24 +282,24 @@ def test_a_first_run_on_the_slowest_cpu_chooses_in_seconds_on_a_simulated_clock(
     assert speed["eval"] == pytest.approx(3.4 * speed["train"], rel=0.01)
     # The same command again: everything it timed is cached, nothing is timed.
     before = cpu.clock
-    assert config._measure_and_choose(args, values, EPYC, args.given)[0] == member and cpu.clock == before
+    assert config._measure_and_choose(args, values, EPYC, given)[0] == member and cpu.clock == before
 
 
 def test_a_budget_too_short_for_probes_chooses_from_estimates_and_says_so(mini_records, tmp_path, monkeypatch):
     from estimator.training import precision
 
     cache = str(tmp_path / "cache")
-    args, values = _recipe_values(tmp_path, mini_records, "90s", cache)
+    args, values, given = _recipe_values(tmp_path, mini_records, "90s", cache)
     monkeypatch.setattr(precision, "time_network", lambda *a, **k: pytest.fail("nothing is timed in 90 s"))
-    member, record, probe, speed = config._measure_and_choose(args, values, EPYC, args.given)
+    member, record, probe, speed = config._measure_and_choose(args, values, EPYC, given)
     assert {c["speed"] for c in record["candidates"]} == {"estimated from airbench94 x0.5, " + family.ASSUMED}
     assert speed["how"].endswith(family.ASSUMED) and member.name == "airbench94 x0.25"
     # What an earlier, longer job timed is used: figures of this CPU, for free.
     monkeypatch.setattr(precision, "time_network", SlowCpu().time_network)
-    long_args, long_values = _recipe_values(tmp_path, mini_records, "5m", cache)
-    config._measure_and_choose(long_args, long_values, EPYC, long_args.given)
+    long_args, long_values, long_given = _recipe_values(tmp_path, mini_records, "5m", cache)
+    config._measure_and_choose(long_args, long_values, EPYC, long_given)
     monkeypatch.setattr(precision, "time_network", lambda *a, **k: pytest.fail("cached"))
-    _, record, _, _ = config._measure_and_choose(args, values, EPYC, args.given)
+    _, record, _, _ = config._measure_and_choose(args, values, EPYC, given)
     assert {c["member"]: c["speed"] for c in record["candidates"]}["airbench94 x0.5"] == "timed"
 
 

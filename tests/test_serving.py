@@ -168,31 +168,45 @@ def test_predict_files_top_k_json_and_conversions(job, mini_records, tmp_path):
     assert rc == 0 and list(instance) == ["image_bytes"] and "b64" in instance["image_bytes"]
 
 
+def in_process(main, capsys, *argv):
+    """``(exit code, stdout, stderr)`` of an entry point's ``main(argv)`` run in this process: the refusals
+    need no interpreter of their own (each command's own subprocess test keeps its command line honest)."""
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 @pytest.mark.parametrize("content,message", [(b"", "is empty"), (b"not an image at all", "is not a PNG or JPEG image")])
-def test_predict_refuses_bad_image_files(job, tmp_path, content, message):
+def test_predict_refuses_bad_image_files(job, tmp_path, capsys, content, message):
+    from estimator import predict
+
     bad = tmp_path / "bad.png"
     bad.write_bytes(content)
-    rc, out, err = run_module("estimator.predict", "--model", os.path.join(job, "export", "best"), str(bad))
+    rc, out, err = in_process(predict.main, capsys, "--model", os.path.join(job, "export", "best"), str(bad))
     assert rc == 1 and message in err and str(bad) in err and "Traceback" not in err
 
 
-def test_predict_refuses_a_directory_without_saved_model(tmp_path):
-    rc, _, err = run_module("estimator.predict", "--model", str(tmp_path), str(tmp_path / "x.png"))
+def test_predict_refuses_a_directory_without_saved_model(tmp_path, capsys):
+    from estimator import predict
+
+    rc, _, err = in_process(predict.main, capsys, "--model", str(tmp_path), str(tmp_path / "x.png"))
     assert rc == 1 and "does not exist" in err
     png = tmp_path / "x.png"
     tf.io.write_file(str(png), tf.io.encode_png(tf.zeros([32, 32, 3], tf.uint8)))
-    rc, _, err = run_module("estimator.predict", "--model", str(tmp_path), str(png))
+    rc, _, err = in_process(predict.main, capsys, "--model", str(tmp_path), str(png))
     assert rc == 1 and "holds no SavedModel" in err and str(tmp_path) in err
 
 
-def test_export_cli_and_its_refusals(job, tmp_path):
+def test_export_cli_and_its_refusals(job, tmp_path, capsys):
+    from estimator import export
+
     out_dir = str(tmp_path / "model")
     rc, out, err = run_module(
         "estimator.export", "--job-dir", job, "--checkpoint", os.path.join(job, "model.ckpt-20"), "--output", out_dir
     )
     assert rc == 0, err
     assert os.path.isfile(os.path.join(out_dir, "saved_model.pb")) and "model.ckpt-20" in out
-    rc, _, err = run_module("estimator.export", "--job-dir", job, "--output", out_dir)
+    rc, _, err = in_process(export.main, capsys, "--job-dir", job, "--output", out_dir)
     assert rc == 1 and "already exists" in err
 
     # A job whose hparams say ResNet-14, pointed at this ResNet-8's checkpoints.
@@ -202,12 +216,12 @@ def test_export_cli_and_its_refusals(job, tmp_path):
     described["hparams"]["num_layers"] = 14
     json.dump(described, open(os.path.join(other, "hparams.json"), "w"))
     target = str(tmp_path / "wrong")
-    rc, _, err = run_module("estimator.export", "--job-dir", other, "--output", target)
+    rc, _, err = in_process(export.main, capsys, "--job-dir", other, "--output", target)
     assert rc == 1 and "does not hold a ResNet-14 v1" in err and "--num-layers" in err
     assert not os.path.exists(target)
     assert not [n for n in os.listdir(str(tmp_path)) if ".tmp-" in n]
 
-    rc, _, err = run_module("estimator.export", "--job-dir", str(tmp_path / "nothing"), "--output", target)
+    rc, _, err = in_process(export.main, capsys, "--job-dir", str(tmp_path / "nothing"), "--output", target)
     assert rc == 1 and "hparams.json not found" in err
 
 

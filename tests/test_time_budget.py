@@ -374,23 +374,23 @@ def test_budget_flags_are_checked(mini_records, tmp_path):
 def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_records, tmp_path):
     job = str(tmp_path / "job")
     flags = ["--data-dir", mini_records, "--job-dir", job] + (
-        "--num-gpus 0 --num-layers 8 --train-batch-size 64 --eval-batch-size 339 --time-budget 60s "
+        "--num-gpus 0 --num-layers 8 --train-batch-size 64 --eval-batch-size 339 --time-budget 40s "
         "--lr-schedule onecycle --eval-policy final --seed 1 --log-every-n-steps 20 --health-checks off"
     ).split()
     code, out = run_main(*flags)
     assert code == 0, out[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
     recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
-    assert recorded["time_budget"] == 60.0 and recorded["train_steps"] is None
-    assert results["time_budget_secs"] == 60.0
+    assert recorded["time_budget"] == 40.0 and recorded["train_steps"] is None
+    assert results["time_budget_secs"] == 40.0
     budget = json.load(open(os.path.join(job, "budget.json")))
     # Training ends at its deadline, keeping the reserve (8 s and the evaluation images at the speed
     # measured) for what follows: budget.json is written as training ends. Relations of the job's own
     # accounting, true on any CPU; how close the whole command comes to its budget on each CPU, alone and
     # with a core taken, is benchmarks.contention's to measure.
-    assert budget["used_secs"] <= 60.0 - results["final_secs_reserved"] + 0.5, (budget, results)
+    assert budget["used_secs"] <= 40.0 - results["final_secs_reserved"] + 0.5, (budget, results)
     assert results["final_secs_reserved"] >= time_budget.FINAL_FIXED_SECS
-    assert budget["used_secs"] + results["final_secs_reserved"] >= 0.9 * 60.0, (budget, results)
+    assert budget["used_secs"] + results["final_secs_reserved"] >= 0.9 * 40.0, (budget, results)
     assert results["evaluation_speedup"] > 1 and results["training_setup_secs"] > 0, results
     assert results["planned_steps"] == results["replans"][0]["planned_steps"] > 0
     assert results["global_step"] >= 0.9 * results["replans"][-1]["planned_steps"]
@@ -626,7 +626,7 @@ def test_the_budget_counts_from_the_process_start_the_kernel_records(tmp_path):
     # This process: pytest ran a while before this test, and the package's clock starts at that start.
     import time as clock
 
-    import estimator
+    from estimator.common import processes
 
     assert seconds_since_start() > 0
-    assert estimator.STARTED <= clock.monotonic() - seconds_since_start() + 0.5  # clocks of 10 ms ticks
+    assert abs(processes.started_at() - (clock.monotonic() - seconds_since_start())) <= 0.05  # 10 ms ticks

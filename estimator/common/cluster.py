@@ -72,6 +72,37 @@ def parse(text, trial=None, alone=True) -> Cluster:
     """
     if not text or not text.strip():
         return Cluster(trial=trial or None)
+    spec, task = _spec_and_task(text)
+    task_type = task.get("type")
+    trial = task.get("trial") or trial or None
+    if not spec:
+        # The Estimator's rule: without a cluster, a task can only be worker 0.
+        if task_type not in (None, "", "worker") or task.get("index", 0) not in (0, "0"):
+            raise ClusterConfigError(
+                "TF_CONFIG task %r has no cluster to belong to: give a 'cluster' (the services set e.g. "
+                '{"master": ["host:2222"]} even for one machine) or drop the task.' % (task,)
+            )
+        return Cluster(trial=str(trial) if trial else None)
+    index = _task_index(spec, task)
+    if "chief" in spec and "master" in spec:
+        raise ClusterConfigError("TF_CONFIG has both 'chief' and 'master': use one.")
+    if task_type == "evaluator" and "master" in spec:
+        raise ClusterConfigError(
+            "TF_CONFIG has an evaluator beside a master: a master evaluates itself (AI Platform); "
+            "name the training lead 'chief' (Vertex AI, or useChiefInTfConfig) to use an evaluator."
+        )
+    if not any(spec.get(role) for role in TRAINING_ROLES):
+        raise ClusterConfigError("TF_CONFIG cluster has no master, chief or worker to train.")
+    trial = str(trial) if trial else None
+    if alone and task_type != "evaluator" and sum(len(a) for a in spec.values()) == 1:
+        # Vertex AI gives a job of one machine TF_CONFIG {"cluster": {"chief": [itself]}, "task": {"type":
+        # "chief"}} (AI Platform: "master"): one process, which trains, evaluates and plans a budget alone.
+        return Cluster(trial=trial)
+    return Cluster(spec=spec, task_type=task_type, task_index=index, trial=trial)
+
+
+def _spec_and_task(text: str):
+    """TF_CONFIG's ``(cluster, task)``, the cluster's roles checked and its addresses as lists."""
     try:
         config = json.loads(text)
     except ValueError as e:
@@ -95,17 +126,12 @@ def parse(text, trial=None, alone=True) -> Cluster:
             raise ClusterConfigError(
                 'TF_CONFIG cluster role %r must list "host:port" addresses, got %r.' % (role, addresses)
             )
-    spec = {r: list(a.values()) if isinstance(a, dict) else list(a) for r, a in spec.items()}
+    return {r: list(a.values()) if isinstance(a, dict) else list(a) for r, a in spec.items()}, task
+
+
+def _task_index(spec: dict, task: dict) -> int:
+    """The task's index, checked against its role's addresses (an evaluator is never listed: index 0)."""
     task_type = task.get("type")
-    trial = task.get("trial") or trial or None
-    if not spec:
-        # The Estimator's rule: without a cluster, a task can only be worker 0.
-        if task_type not in (None, "", "worker") or task.get("index", 0) not in (0, "0"):
-            raise ClusterConfigError(
-                "TF_CONFIG task %r has no cluster to belong to: give a 'cluster' (the services set e.g. "
-                '{"master": ["host:2222"]} even for one machine) or drop the task.' % (task,)
-            )
-        return Cluster(trial=str(trial) if trial else None)
     if task_type not in ROLES:
         raise ClusterConfigError("TF_CONFIG task type %r is not one of %s." % (task_type, ", ".join(ROLES)))
     try:
@@ -115,28 +141,14 @@ def parse(text, trial=None, alone=True) -> Cluster:
     if task_type == "evaluator":
         if index != 0:
             raise ClusterConfigError("TF_CONFIG evaluator index must be 0, got %d." % index)
-    else:
-        count = len(spec.get(task_type, ()))
-        if not 0 <= index < count:
-            raise ClusterConfigError(
-                "TF_CONFIG task %s index %d is out of range: the cluster has %d %s task(s)."
-                % (task_type, index, count, task_type)
-            )
-    if "chief" in spec and "master" in spec:
-        raise ClusterConfigError("TF_CONFIG has both 'chief' and 'master': use one.")
-    if task_type == "evaluator" and "master" in spec:
+        return index
+    count = len(spec.get(task_type, ()))
+    if not 0 <= index < count:
         raise ClusterConfigError(
-            "TF_CONFIG has an evaluator beside a master: a master evaluates itself (AI Platform); "
-            "name the training lead 'chief' (Vertex AI, or useChiefInTfConfig) to use an evaluator."
+            "TF_CONFIG task %s index %d is out of range: the cluster has %d %s task(s)."
+            % (task_type, index, count, task_type)
         )
-    if not any(spec.get(role) for role in TRAINING_ROLES):
-        raise ClusterConfigError("TF_CONFIG cluster has no master, chief or worker to train.")
-    trial = str(trial) if trial else None
-    if alone and task_type != "evaluator" and sum(len(a) for a in spec.values()) == 1:
-        # Vertex AI gives a job of one machine TF_CONFIG {"cluster": {"chief": [itself]}, "task": {"type":
-        # "chief"}} (AI Platform: "master"): one process, which trains, evaluates and plans a budget alone.
-        return Cluster(trial=trial)
-    return Cluster(spec=spec, task_type=task_type, task_index=index, trial=trial)
+    return index
 
 
 def from_environment(environ=None) -> Cluster:

@@ -13,6 +13,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
+
+# Where the kernel does not record a process's start (not Linux): the first import of this module, which
+# the package's own __init__ makes before anything else.
+_IMPORTED = time.monotonic()
 
 TRAINER_MODULE = "estimator.cifar10_main"
 
@@ -49,6 +54,14 @@ def stop_group(process: subprocess.Popen, grace: float = 10, sig=signal.SIGTERM)
         process.wait()
     except ProcessLookupError:
         pass
+
+
+def started_at() -> float:
+    """When this process started, on ``time.monotonic``'s clock (``seconds_since_start``): what
+    ``--time-budget`` counts from, the interpreter's own start included; where the kernel does not say,
+    when this module was first imported."""
+    since = seconds_since_start()
+    return time.monotonic() - since if since else _IMPORTED
 
 
 def seconds_since_start(stat_path: str = "/proc/self/stat", uptime_path: str = "/proc/uptime") -> float:

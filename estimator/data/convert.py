@@ -297,6 +297,24 @@ def convert(
                 "Pass --overwrite to rebuild." % (data_dir, fmt.MANIFEST_NAME)
             )
             return manifest
+    checksum = _checksum(source, md5, sha256, log)
+    try:
+        archive = download.fetch(source, cache_dir=cache_dir, checksum=checksum, progress=progress)
+    except download.DownloadError as e:
+        raise ConversionError(str(e)) from e
+    log("Reading %s" % archive)
+    batches = read_archive(archive)
+    source_info = {"source": source, "archive_sha256": storage.file_digest(archive, "sha256")}
+    if checksum is not None:
+        source_info["verified_" + checksum[0]] = checksum[1]
+    manifest = _publish(data_dir, batches, source_info, log)
+    log("Wrote %s" % ", ".join(storage.join(data_dir, fmt.record_filename(s)) for s in fmt.SUBSETS))
+    return manifest
+
+
+def _checksum(source: str, md5, sha256, log):
+    """``(kind, hex)`` the archive must match: the one given, the official md5 for the official URL, or
+    None (said in a warning: the contents are still checked)."""
     try:
         checksum = download.expected_checksum(md5, sha256)
     except ValueError as e:
@@ -308,14 +326,12 @@ def convert(
             "warning: no --md5 or --sha256 given for %s: its checksum is not verified "
             "(its contents still are)." % source
         )
-    try:
-        archive = download.fetch(source, cache_dir=cache_dir, checksum=checksum, progress=progress)
-    except download.DownloadError as e:
-        raise ConversionError(str(e)) from e
-    log("Reading %s" % archive)
-    batches = read_archive(archive)
+    return checksum
 
-    # Stage every split before publishing any, so a failure leaves nothing.
+
+def _publish(data_dir: str, batches, source_info: dict, log) -> dict:
+    """Writes every split to a staging directory, then publishes them and the manifest (last): a failure
+    leaves nothing, and the old manifest never vouches for new files. Returns the manifest."""
     local = not storage.is_gcs(data_dir)
     if local:
         try:
@@ -330,9 +346,6 @@ def convert(
             labels = np.concatenate([batches[n][1] for n in names])
             files[subset] = _write_records(os.path.join(stage, fmt.record_filename(subset)), data, labels)
             log("  %-10s %6d images from %s" % (subset, files[subset]["examples"], ", ".join(names)))
-        source_info = {"source": source, "archive_sha256": storage.file_digest(archive, "sha256")}
-        if checksum is not None:
-            source_info["verified_" + checksum[0]] = checksum[1]
         manifest = fmt.make_manifest(files, source_info)
 
         manifest_path = storage.join(data_dir, fmt.MANIFEST_NAME)
@@ -346,7 +359,6 @@ def convert(
         storage.write_text(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    log("Wrote %s" % ", ".join(storage.join(data_dir, fmt.record_filename(s)) for s in fmt.SUBSETS))
     return manifest
 
 

@@ -102,12 +102,23 @@ def fetch(
         except DownloadError:
             os.remove(final)  # a stale or foreign file under our name: fetch again
     part = final + ".part"
+    _download_with_retries(source, part, retries, timeout, backoff, progress)
+    try:
+        verify(part, checksum)
+    except DownloadError:
+        os.remove(part)  # a wrong file must not be resumed next time
+        raise
+    os.replace(part, final)
+    return final
 
+
+def _download_with_retries(source: str, part: str, retries: int, timeout: float, backoff: float, progress: bool):
+    """``_download_into`` until it completes, retrying failed requests with doubling delays."""
     failures = 0
     while True:
         try:
             if _download_into(source, part, timeout, progress):
-                break
+                return
         except (requests.RequestException, OSError) as e:
             failures += 1
             if failures > retries:
@@ -116,13 +127,6 @@ def fetch(
                     "or pass --source with a local copy." % (source, failures, e)
                 ) from e
             time.sleep(backoff * 2 ** (failures - 1))
-    try:
-        verify(part, checksum)
-    except DownloadError:
-        os.remove(part)  # a wrong file must not be resumed next time
-        raise
-    os.replace(part, final)
-    return final
 
 
 def _download_into(url: str, part: str, timeout: float, progress: bool) -> bool:

@@ -61,13 +61,14 @@ def train_steps_of(args: argparse.Namespace, num_workers: int, num_train_example
     return hparams_lib.HParams.train_steps if args.train_steps is None else args.train_steps
 
 
-def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparams_lib.HParams:
+def resolve(args: argparse.Namespace, environ=None, gpus_visible=None, given=frozenset()) -> hparams_lib.HParams:
     """Validates parsed trainer flags against the environment and the data; returns the frozen HParams.
 
     Args:
       args: from ``flags.build_parser()`` (or a parser that extends it); never mutated.
       environ: the environment (default ``os.environ``).
       gpus_visible: GPUs TensorFlow sees (default: asks TensorFlow).
+      given: the flags given by hand (``flags.given_flags(argv)``): ``--network auto`` keeps to them.
 
     Raises:
       ValueError, MissingDataError: naming the bad value and the fix.
@@ -103,7 +104,7 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None) -> hparam
     earlier = _recorded(values["job_dir"]) if args.network == Network.AUTO or measures else {}
     speed = None
     if args.network == Network.AUTO:
-        chosen_values, speed = _choose_network(args, values, earlier, cpu)
+        chosen_values, speed = _choose_network(args, values, earlier, cpu, given)
         values.update(chosen_values)
     hp = hparams_lib.HParams(**values)
     hparams_lib.check_schedule(hp)
@@ -201,14 +202,13 @@ _MEMBER_SHAPE = ("group_depth", "width_multiplier")
 _MEMBER_AUGMENTATION = ("crop_padding", "cutout")
 
 
-def _choose_network(args, values: dict, earlier: dict, cpu: dict):
+def _choose_network(args, values: dict, earlier: dict, cpu: dict, given):
     """``--network auto``: the member of airbench's family for this budget on this machine, as HParams
     values (its network, shape and augmentation, and ``network_choice``, the record of why), and its
     speeds (``HParams.speed_probe``; None where the choice was kept). A job dir that recorded a choice
     keeps it: the checkpoints are that member's."""
     from estimator.networks import family
 
-    given = getattr(args, "given", set())
     speed = None
     if earlier.get("network_choice"):
         recorded = earlier["network_choice"]
@@ -291,9 +291,8 @@ def parse(argv=None, parser=None, environ=None):
     message and exits with status 2 (argparse's convention), having written nothing."""
     parser = parser or flags.build_parser()
     args = parser.parse_args(argv)
-    args.given = flags.given_flags(argv)  # what was fixed by hand: --network auto keeps to it
     try:
-        return resolve(args, environ), args
+        return resolve(args, environ, given=flags.given_flags(argv)), args
     except (ValueError, MissingDataError) as e:
         parser.error(str(e))
 

@@ -549,22 +549,34 @@ def _check_threshold(f, value) -> None:
 
 
 def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> None:
-    """Raises ValueError naming the bad flag value and the fix."""
-
-    def positive(name, value):
-        if value is None or value <= 0:
-            raise ValueError("--%s %s must be positive." % (name, value))
-
+    """Raises ValueError naming the bad flag value and the fix: each rule between flags, by concern."""
     resnet.check_depth(args.num_layers, args.resnet_version)
+    _check_length(args)
+    _check_optimisation(args)
+    _check_health(args)
+    _check_devices(args, cluster, gpus_visible)
+    _check_budget(args, cluster)
+    _check_network(args)
+    _check_augmentation(args)
+    _check_data_and_cluster(args, cluster)
+
+
+def _positive(name: str, value) -> None:
+    if value is None or value <= 0:
+        raise ValueError("--%s %s must be positive." % (name, value))
+
+
+def _check_length(args) -> None:
+    """How long training runs: steps or epochs, the warm-up, the piecewise decays."""
     if args.train_steps is not None and args.train_epochs is not None:
         raise ValueError(
             "--train-steps %d and --train-epochs %s both set the length of training: "
             "keep one." % (args.train_steps, args.train_epochs)
         )
     if args.train_epochs is not None:
-        positive("train-epochs", args.train_epochs)
+        _positive("train-epochs", args.train_epochs)
     if args.train_steps is not None:
-        positive("train-steps", args.train_steps)
+        _positive("train-steps", args.train_steps)
     if args.warmup_epochs is not None and args.warmup_epochs < 0:
         raise ValueError("--warmup-epochs %s must not be negative." % args.warmup_epochs)
     if args.lr_decay_steps is not None:
@@ -578,6 +590,10 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
             raise ValueError(
                 "--lr-decay-steps %s must be positive and increasing, e.g. 32000 48000." % " ".join(map(str, steps))
             )
+
+
+def _check_optimisation(args) -> None:
+    """The optimizer's and the loss's settings, batch sizes, logging, checkpoints, weight averages."""
     if not 0 <= args.label_smoothing < 1:
         raise ValueError("--label-smoothing %s must be in [0, 1), e.g. 0.1." % args.label_smoothing)
     for name in (
@@ -588,9 +604,21 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
         "log_every_n_steps",
         "keep_checkpoint_max",
     ):
-        positive(name.replace("_", "-"), getattr(args, name))
+        _positive(name.replace("_", "-"), getattr(args, name))
     if args.save_checkpoints_steps is not None:
-        positive("save-checkpoints-steps", args.save_checkpoints_steps)
+        _positive("save-checkpoints-steps", args.save_checkpoints_steps)
+    if not 0 <= args.momentum < 1:
+        raise ValueError("--momentum %s must be in [0, 1)." % args.momentum)
+    if args.weight_decay < 0:
+        raise ValueError("--weight-decay %s must not be negative." % args.weight_decay)
+    if not 0 < args.batch_norm_decay < 1:
+        raise ValueError("--batch-norm-decay %s must be in (0, 1), e.g. 0.997." % args.batch_norm_decay)
+    if not 0 <= args.ema_decay < 1:
+        raise ValueError("--ema-decay %s must be in [0, 1), e.g. 0.999 (0 turns the average off)." % args.ema_decay)
+
+
+def _check_health(args) -> None:
+    """Each health threshold in its range, and the pairs in order."""
     for f in health_thresholds():
         _check_threshold(f, getattr(args, f.name))
     if args.health_update_ratio_min >= args.health_update_ratio_max:
@@ -603,12 +631,10 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
             "--health-input-std-min %g must be below --health-input-std-max %g."
             % (args.health_input_std_min, args.health_input_std_max)
         )
-    if not 0 <= args.momentum < 1:
-        raise ValueError("--momentum %s must be in [0, 1)." % args.momentum)
-    if args.weight_decay < 0:
-        raise ValueError("--weight-decay %s must not be negative." % args.weight_decay)
-    if not 0 < args.batch_norm_decay < 1:
-        raise ValueError("--batch-norm-decay %s must be in (0, 1), e.g. 0.997." % args.batch_norm_decay)
+
+
+def _check_devices(args, cluster: Cluster, gpus_visible: int) -> None:
+    """GPUs and CPU towers against what is visible; batches that split evenly; --precision auto on the CPU."""
     for name in ("num_gpus", "num_cpu_towers", "num_intra_threads", "num_inter_threads"):
         if getattr(args, name) < 0:
             raise ValueError("--%s %d must not be negative." % (name.replace("_", "-"), getattr(args, name)))
@@ -629,44 +655,41 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
                 "--%s %d is not divisible by the %d towers: use a multiple of %d, e.g. %d."
                 % (name.replace("_", "-"), value, towers, towers, (value // towers + 1) * towers)
             )
-    _validate_short_run_flags(args, cluster)
-    if args.deterministic and args.seed is None:
-        raise ValueError("--deterministic needs --seed N, so that runs can repeat.")
-    if args.sync and not cluster.distributed:
-        raise ValueError(
-            "--sync synchronises workers of a distributed job; "
-            "this is a single local process (no TF_CONFIG cluster): drop --sync."
-        )
-
-
-def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> None:
-    """--time-budget, --precision auto, the width, weight averages, TTA and the training subsets."""
-    if args.time_budget is not None:
-        given = [f for f, v in (("--train-steps", args.train_steps), ("--train-epochs", args.train_epochs)) if v]
-        if given:
-            raise ValueError(
-                "--time-budget %gs plans the number of steps itself: drop %s." % (args.time_budget, " and ".join(given))
-            )
-        if args.lr_schedule not in schedules.BUDGET_SCHEDULES:
-            raise ValueError(
-                "--time-budget needs a schedule that decays to 0 at the end of the budget: --lr-schedule cosine "
-                "or onecycle (not %s)." % args.lr_schedule
-            )
-        if args.warmup_epochs is not None:
-            raise ValueError(
-                "--time-budget sets the warm-up as a fraction of the plan (onecycle: its first 20%%): drop "
-                "--warmup-epochs %s." % args.warmup_epochs
-            )
-        if cluster.distributed:
-            raise ValueError(
-                "--time-budget plans the steps of one process; this is a %s of a TF_CONFIG cluster, whose workers "
-                "the chief cannot time: give the cluster --train-steps instead." % cluster.task_type
-            )
     if args.precision == AUTO and args.num_gpus > 0:
         raise ValueError(
             "--precision auto times fp32 against bf16 on the CPU; with --num-gpus %d choose fp32, bf16 or fp16."
             % args.num_gpus
         )
+
+
+def _check_budget(args, cluster: Cluster) -> None:
+    """--time-budget plans the steps and the warm-up itself, with a schedule that ends at 0, in one process."""
+    if args.time_budget is None:
+        return
+    given = [f for f, v in (("--train-steps", args.train_steps), ("--train-epochs", args.train_epochs)) if v]
+    if given:
+        raise ValueError(
+            "--time-budget %gs plans the number of steps itself: drop %s." % (args.time_budget, " and ".join(given))
+        )
+    if args.lr_schedule not in schedules.BUDGET_SCHEDULES:
+        raise ValueError(
+            "--time-budget needs a schedule that decays to 0 at the end of the budget: --lr-schedule cosine "
+            "or onecycle (not %s)." % args.lr_schedule
+        )
+    if args.warmup_epochs is not None:
+        raise ValueError(
+            "--time-budget sets the warm-up as a fraction of the plan (onecycle: its first 20%%): drop "
+            "--warmup-epochs %s." % args.warmup_epochs
+        )
+    if cluster.distributed:
+        raise ValueError(
+            "--time-budget plans the steps of one process; this is a %s of a TF_CONFIG cluster, whose workers "
+            "the chief cannot time: give the cluster --train-steps instead." % cluster.task_type
+        )
+
+
+def _check_network(args) -> None:
+    """Each network's own shape flags, and --network auto's need of a budget."""
     resnet.check_width(args.width_multiplier)
     if args.network == Network.AUTO and args.time_budget is None:
         raise ValueError(
@@ -695,8 +718,10 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
             "--group-depth %d shapes the groups of --network airbench; a ResNet's depth is --num-layers: drop it "
             "or use --network airbench." % args.group_depth
         )
-    if not 0 <= args.ema_decay < 1:
-        raise ValueError("--ema-decay %s must be in [0, 1), e.g. 0.999 (0 turns the average off)." % args.ema_decay)
+
+
+def _check_augmentation(args) -> None:
+    """Cutout, crop padding and progressive resizing within the image, and only with distortions on."""
     if not 0 <= args.cutout <= fmt.HEIGHT:
         raise ValueError("--cutout %d must be a square side from 0 to %d pixels, e.g. 8." % (args.cutout, fmt.HEIGHT))
     if not 0 <= args.crop_padding <= pipeline.MAX_PAD:
@@ -724,6 +749,10 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         raise ValueError(
             "--cutout %d is a training distortion: drop it or drop --no-use-distortion-for-training." % args.cutout
         )
+
+
+def _check_data_and_cluster(args, cluster: Cluster) -> None:
+    """The training splits, determinism's seed, and --sync's cluster."""
     if fmt.VALIDATION in args.train_subsets and cluster.distributed:
         raise ValueError(
             "--train-subsets train validation trains a final model in one process; a TF_CONFIG cluster evaluates "
@@ -733,4 +762,11 @@ def _validate_short_run_flags(args: argparse.Namespace, cluster: Cluster) -> Non
         raise ValueError(
             "--train-subsets %s must include train (e.g. 'train validation' for a final model)."
             % " ".join(args.train_subsets)
+        )
+    if args.deterministic and args.seed is None:
+        raise ValueError("--deterministic needs --seed N, so that runs can repeat.")
+    if args.sync and not cluster.distributed:
+        raise ValueError(
+            "--sync synchronises workers of a distributed job; "
+            "this is a single local process (no TF_CONFIG cluster): drop --sync."
         )

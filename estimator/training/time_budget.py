@@ -114,6 +114,19 @@ class BudgetState:
         known = {k: values[k] for k in cls.__dataclass_fields__ if k in values}
         return cls(**known)
 
+    @classmethod
+    def load(cls, job_dir: str, budget_secs: float) -> BudgetState:
+        """What earlier runs of the job in ``job_dir`` recorded (``BUDGET_FILE``), under this run's budget;
+        a fresh state for a new job."""
+        from estimator.common import storage
+
+        path = storage.join(job_dir, BUDGET_FILE)
+        if not storage.exists(path):
+            return cls(budget_secs)
+        state = cls.from_json(storage.read_text(path))
+        state.budget_secs = budget_secs
+        return state
+
 
 @dataclass
 class Planner:
@@ -415,6 +428,18 @@ def plan_loader(graph):
     return (found[0], found[1:]) if found else None
 
 
+def _plan_line(planner: Planner, step: int, plan: Plan, old: Plan) -> str:
+    """The log's line for a new plan."""
+    return "time budget: %s at step %d: %.2f steps/s, %d steps in all (was %d), %s left" % (
+        "planned" if len(planner.state.replans) == 1 else "re-planned",
+        step,
+        planner.steps_per_sec,
+        plan.total_steps,
+        old.total_steps,
+        durations.format_clock(planner.remaining_secs(planner.clock())),
+    )
+
+
 def hook(planner: Planner, job_dir: str, log):
     """A ``SessionRunHook`` that runs ``planner`` beside training: loads each plan into the graph,
     stops training when the plan is done or the time is up, and keeps ``JOB_DIR/budget.json`` current.
@@ -452,17 +477,7 @@ def hook(planner: Planner, job_dir: str, log):
             plan = planner.after_step(step)
             if plan is not None:
                 self._load(run_context.session, plan)
-                log(
-                    "time budget: %s at step %d: %.2f steps/s, %d steps in all (was %d), %s left"
-                    % (
-                        "planned" if len(planner.state.replans) == 1 else "re-planned",
-                        step,
-                        planner.steps_per_sec,
-                        plan.total_steps,
-                        old.total_steps,
-                        durations.format_clock(planner.remaining_secs(planner.clock())),
-                    )
-                )
+                log(_plan_line(planner, step, plan, old))
                 self._save(step)
             if planner.should_stop(step):
                 if planner.stopped_early:

@@ -114,21 +114,31 @@ def _param(entry, index, trainer_flags) -> Param:
     if scale == "NONE":
         scale = "UNIT_LINEAR_SCALE"
     if kind in ("DOUBLE", "INTEGER"):
-        for key in ("discreteValues", "categoricalValues"):
-            if key in entry:
-                raise SpecError("%s.%s does not go with type %s: use minValue and maxValue." % (where, key, kind))
-        if "minValue" not in entry or "maxValue" not in entry:
-            raise SpecError("%s: type %s needs minValue and maxValue." % (where, kind))
-        lo, hi = _number(entry["minValue"], where + ".minValue"), _number(entry["maxValue"], where + ".maxValue")
-        if kind == "INTEGER" and not (float(lo).is_integer() and float(hi).is_integer()):
-            raise SpecError("%s: INTEGER bounds %r..%r must be whole numbers." % (where, lo, hi))
-        if lo > hi:
-            raise SpecError("%s: minValue %r is above maxValue %r." % (where, lo, hi))
-        if scale != "UNIT_LINEAR_SCALE" and lo <= 0:
-            raise SpecError("%s: scaleType %s needs a positive range, got minValue %r." % (where, scale, lo))
-        if kind == "INTEGER":
-            lo, hi = int(lo), int(hi)
-        return Param(name, kind, lo, hi, scale=scale)
+        return _ranged_param(entry, where, name, kind, scale)
+    return _listed_param(entry, where, name, kind, scale)
+
+
+def _ranged_param(entry: dict, where: str, name: str, kind: str, scale: str) -> Param:
+    """A DOUBLE or INTEGER parameter: minValue to maxValue, on a scale."""
+    for key in ("discreteValues", "categoricalValues"):
+        if key in entry:
+            raise SpecError("%s.%s does not go with type %s: use minValue and maxValue." % (where, key, kind))
+    if "minValue" not in entry or "maxValue" not in entry:
+        raise SpecError("%s: type %s needs minValue and maxValue." % (where, kind))
+    lo, hi = _number(entry["minValue"], where + ".minValue"), _number(entry["maxValue"], where + ".maxValue")
+    if kind == "INTEGER" and not (float(lo).is_integer() and float(hi).is_integer()):
+        raise SpecError("%s: INTEGER bounds %r..%r must be whole numbers." % (where, lo, hi))
+    if lo > hi:
+        raise SpecError("%s: minValue %r is above maxValue %r." % (where, lo, hi))
+    if scale != "UNIT_LINEAR_SCALE" and lo <= 0:
+        raise SpecError("%s: scaleType %s needs a positive range, got minValue %r." % (where, scale, lo))
+    if kind == "INTEGER":
+        lo, hi = int(lo), int(hi)
+    return Param(name, kind, lo, hi, scale=scale)
+
+
+def _listed_param(entry: dict, where: str, name: str, kind: str, scale: str) -> Param:
+    """A DISCRETE (increasing numbers) or CATEGORICAL (distinct strings) parameter: no range, no scale."""
     if scale != "UNIT_LINEAR_SCALE":
         raise SpecError(
             "%s.scaleType %s: only DOUBLE and INTEGER parameters take a scale here (Optuna samples %s "
@@ -173,15 +183,7 @@ def study_spec(training_input: dict, trainer_flags=None) -> StudySpec:
         raise SpecError(
             "%shyperparameterMetricTag %r: the trainer reports %s." % (where, metric, ", ".join(REPORTED_METRICS))
         )
-    counts = {}
-    for key, default in (("maxTrials", 1), ("maxParallelTrials", 1), ("maxFailedTrials", 0)):
-        value = hp.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "maxFailedTrials" else 1):
-            raise SpecError(
-                "%s%s %r must be a whole number of at least %d."
-                % (where, key, value, 0 if key == "maxFailedTrials" else 1)
-            )
-        counts[key] = value
+    counts = _trial_counts(hp, where)
     algorithm = hp.get("algorithm", "ALGORITHM_UNSPECIFIED")
     if algorithm not in ALGORITHMS:
         raise SpecError("%salgorithm %r is not one of %s." % (where, algorithm, ", ".join(ALGORITHMS)))
@@ -219,6 +221,18 @@ def study_spec(training_input: dict, trainer_flags=None) -> StudySpec:
         algorithm=algorithm,
         params=params,
     )
+
+
+def _trial_counts(hp: dict, where: str) -> dict:
+    """maxTrials and maxParallelTrials (at least 1) and maxFailedTrials (0: the default rule)."""
+    counts = {}
+    for key, default in (("maxTrials", 1), ("maxParallelTrials", 1), ("maxFailedTrials", 0)):
+        value = hp.get(key, default)
+        least = 0 if key == "maxFailedTrials" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise SpecError("%s%s %r must be a whole number of at least %d." % (where, key, value, least))
+        counts[key] = value
+    return counts
 
 
 def grid(params) -> dict:
