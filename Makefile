@@ -45,7 +45,7 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 FULL_DATA_DIR ?= work/cifar-10-full
 

@@ -68,6 +68,7 @@ def test_numbers_are_checked_at_parse_time(mini_records, tmp_path, capsys, flags
     assert not os.path.exists(str(tmp_path / "j"))
 
 
+@pytest.mark.slow
 @pytest.mark.bf16_kernels
 def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records, tmp_path):
     job = str(tmp_path / "job")
@@ -298,11 +299,13 @@ def test_a_read_only_job_dir_and_data_dir_are_one_line(mini_records, mini_archiv
     assert code != 0 and "Read-only file system" in out and "Traceback" not in out, out[-2000:]
 
 
-def vertex_config(kind, yaml_file, output, *flags):
-    """``python -m estimator.vertex KIND`` for one of the repository's YAML files; (exit code, output)."""
+def vertex_config(capsys, kind, yaml_file, output, *flags):
+    """``python -m estimator.vertex KIND`` for one of the repository's YAML files, in this process (its
+    parser and writer; test_vertex runs the command itself); (exit code, output)."""
+    from estimator import vertex
+
     config = os.path.join(REPO, yaml_file)
-    return run_joined(
-        "estimator.vertex",
+    argv = [
         kind,
         "--config",
         config,
@@ -318,22 +321,28 @@ def vertex_config(kind, yaml_file, output, *flags):
         "gs://b/data",
         "--train-steps",
         "1000",
-    )
+    ]
+    try:
+        code = vertex.main(argv)
+    except SystemExit as e:  # argparse's refusals
+        code = e.code
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
 
 
-def test_spot_vms_and_scheduling_fields_reach_the_job_config(tmp_path):
+def test_spot_vms_and_scheduling_fields_reach_the_job_config(tmp_path, capsys):
     out = str(tmp_path / "job.yaml")
     code, said = vertex_config(
-        "custom-job", "cmle_config.yaml", out, "--spot", "--restart-job-on-worker-restart", "--timeout", "8h"
+        capsys, "custom-job", "cmle_config.yaml", out, "--spot", "--restart-job-on-worker-restart", "--timeout", "8h"
     )
     assert code == 0, said
     job = yaml.safe_load(open(out))
     assert job["scheduling"] == {"strategy": "SPOT", "restartJobOnWorkerRestart": True, "timeout": "28800s"}
     assert check(job, {"$ref": "GoogleCloudAiplatformV1CustomJobSpec"}, schemas=AIPLATFORM_SCHEMAS) == []
-    code, said = vertex_config("hp-tuning-job", "hptuning_config.yaml", out, "--spot")
+    code, said = vertex_config(capsys, "hp-tuning-job", "hptuning_config.yaml", out, "--spot")
     assert code == 0, said
     tuning = yaml.safe_load(open(out))
     assert tuning["trialJobSpec"]["scheduling"] == {"strategy": "SPOT"}
     assert check(tuning, {"$ref": "GoogleCloudAiplatformV1HyperparameterTuningJob"}, schemas=AIPLATFORM_SCHEMAS) == []
-    code, said = vertex_config("custom-job", "cmle_config.yaml", out, "--timeout", "soon")
+    code, said = vertex_config(capsys, "custom-job", "cmle_config.yaml", out, "--timeout", "soon")
     assert code == 2 and "'soon' is not a positive duration" in said

@@ -17,8 +17,6 @@ from estimator.training.hparams import HParams
 from estimator.training.model_fn import model_fn
 from tests.helpers import REPO, events, predict_records, run_job, run_module
 
-pytestmark = pytest.mark.slow
-
 FLAGS = (
     "--num-gpus 0 --num-layers 8 --train-batch-size 32 --eval-batch-size 100 "
     "--save-checkpoints-steps 20 --eval-throttle-secs 0 --batch-norm-decay 0.9 "
@@ -39,6 +37,7 @@ def job(tmp_path_factory, mini_records):
     return job
 
 
+@pytest.mark.slow
 def test_best_and_final_exports(job):
     final, best = exports(job, "final"), exports(job, "best")
     assert len(final) == 1 and 1 <= len(best) <= 3
@@ -54,6 +53,7 @@ def test_best_and_final_exports(job):
     assert record["checkpoint"].endswith("model.ckpt-%d" % best_step) and record["export"] == best[-1]
 
 
+@pytest.mark.slow
 def test_saved_model_cli_shows_both_signatures(job):
     out = subprocess.run(
         [
@@ -89,6 +89,7 @@ print(json.dumps({"bytes": by_bytes["probabilities"].numpy().tolist(),
 """
 
 
+@pytest.mark.slow
 def test_signatures_match_estimator_predict_in_a_fresh_process(job, mini_records, tmp_path):
     # Known pixels: the first 7 test images, written as PNG (lossless) and as .npy.
     images, _ = next(iter(Cifar10DataSet(mini_records, "eval").dataset(7)))
@@ -121,6 +122,7 @@ def test_signatures_match_estimator_predict_in_a_fresh_process(job, mini_records
     assert served["names"] == [p["class_names"].decode() for p in predicted]
 
 
+@pytest.mark.slow
 def test_predict_records_reproduces_the_evaluation_accuracy(job, mini_records, tmp_path):
     rc, out, err = predict_records(job, mini_records, tmp_path)
     assert rc == 0, err
@@ -133,6 +135,7 @@ def test_predict_records_reproduces_the_evaluation_accuracy(job, mini_records, t
     assert open(str(tmp_path / "cm.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_predict_files_top_k_json_and_conversions(job, mini_records, tmp_path):
     images, _ = next(iter(Cifar10DataSet(mini_records, "eval").dataset(2)))
     rgb = str(tmp_path / "a.png")
@@ -176,6 +179,7 @@ def in_process(main, capsys, *argv):
     return code, captured.out, captured.err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content,message", [(b"", "is empty"), (b"not an image at all", "is not a PNG or JPEG image")])
 def test_predict_refuses_bad_image_files(job, tmp_path, capsys, content, message):
     from estimator import predict
@@ -197,6 +201,7 @@ def test_predict_refuses_a_directory_without_saved_model(tmp_path, capsys):
     assert rc == 1 and "holds no SavedModel" in err and str(tmp_path) in err
 
 
+@pytest.mark.slow
 def test_export_cli_and_its_refusals(job, tmp_path, capsys):
     from estimator import export
 
@@ -225,6 +230,7 @@ def test_export_cli_and_its_refusals(job, tmp_path, capsys):
     assert rc == 1 and "hparams.json not found" in err
 
 
+@pytest.mark.slow
 def test_restarted_job_keeps_the_real_best(job, mini_records, tmp_path):
     # tensorflow/tensorflow#47396: BestExporter exports after a restart whatever the value.
     copy = str(tmp_path / "job")
@@ -246,6 +252,7 @@ def test_restarted_job_keeps_the_real_best(job, mini_records, tmp_path):
     assert json.load(open(record_path))["global_step"] == 100
 
 
+@pytest.mark.slow
 def test_export_can_be_turned_off(mini_records, tmp_path):
     job = str(tmp_path / "job")
     rc, log = run_job(mini_records, job, "--train-steps", "5", "--export", "false", *FLAGS)

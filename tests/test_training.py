@@ -12,8 +12,6 @@ from estimator.data.convert import convert, read_archive
 from tests import cifar_archives as ca
 from tests.helpers import events, run_job, run_main
 
-pytestmark = pytest.mark.slow
-
 # The learning check's settings: the quarter-width airbench network (the recipes' family, 20.7 MFLOP per
 # image against ResNet-20's 41), 400 steps of 64 images (6 epochs of the 4,068 real training images),
 # batch-norm decay 0.9 so the moving averages keep up within a few hundred steps. Measured on a Zen 5,
@@ -42,6 +40,7 @@ def shuffled_records(tmp_path_factory, mini_archive):
     return str(tmp / "data")
 
 
+@pytest.mark.slow
 def test_a_network_learns_real_images(mini_records, tmp_path):
     rc, log = run_job(mini_records, str(tmp_path / "job"), *LEARN)
     assert rc == 0, log[-3000:]
@@ -53,6 +52,7 @@ def test_a_network_learns_real_images(mini_records, tmp_path):
     assert not os.path.exists(str(tmp_path / "job" / "health.json")), open(str(tmp_path / "job" / "health.json")).read()
 
 
+@pytest.mark.slow
 def test_shuffled_labels_do_not_pass_the_learning_check(shuffled_records, tmp_path):
     rc, log = run_job(shuffled_records, str(tmp_path / "job"), *LEARN)
     assert rc == 0, log[-3000:]
@@ -65,6 +65,7 @@ def test_shuffled_labels_do_not_pass_the_learning_check(shuffled_records, tmp_pa
     assert "health: step %d: the training loss is not decreasing" % record[0]["step"] in log
 
 
+@pytest.mark.slow
 def test_same_seed_deterministic_runs_are_identical(mini_records, tmp_path):
     def train(job, seed):
         rc, log = run_main(
@@ -95,6 +96,7 @@ def test_same_seed_deterministic_runs_are_identical(mini_records, tmp_path):
     assert train(str(tmp_path / "c"), 8)[0] != losses_a
 
 
+@pytest.mark.slow
 def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
     job = str(tmp_path / "job")
     flags = [
@@ -144,11 +146,13 @@ def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
     assert os.path.isdir(os.path.join(job, "eval_test"))
 
 
+@pytest.mark.slow
 def test_cli_bad_flag_exits_2_with_message(mini_records, tmp_path):
     rc, log = run_job(mini_records, str(tmp_path), "--num-gpus", "0", "--num-layers", "45")
     assert rc == 2 and "num_layers=45 is not 6n+2" in log and "Traceback" not in log
 
 
+@pytest.mark.slow
 def test_short_run_recipe_flags_end_to_end(mini_records, tmp_path):
     """The flags the recipes use: epochs, onecycle, smoothing, Nesterov, final-only evaluation, flip TTA."""
     job = str(tmp_path / "job")
@@ -177,6 +181,7 @@ def test_short_run_recipe_flags_end_to_end(mini_records, tmp_path):
     np.testing.assert_allclose(rates, [0.2 / 6, 0.2 * 24 / 26, 0.2 * 16 / 26, 0.2 * 8 / 26], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_at_once_with_a_message(mini_records, tmp_path):
     job = str(tmp_path / "job")
     rc, log = run_job(

@@ -12,8 +12,6 @@ import yaml
 
 from tests.helpers import REPO
 
-pytestmark = pytest.mark.slow
-
 # ResNet-8, 16 steps of batch 32: each trial is a real training run of a few seconds.
 TRAINER = (
     "--num-gpus 0 --num-layers 8 --train-steps 16 --train-batch-size 32 "
@@ -58,11 +56,21 @@ def tune(config, job_dir, data_dir, *options, trainer=TRAINER, timeout=600):
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def tune_in_process(capsys, config, job_dir, data_dir):
+    """``estimator.tune.main`` in this process, for refusals: they happen before any trial runs."""
+    from estimator import tune as tune_lib
+
+    rc = tune_lib.main(["--config", config, "--job-dir", job_dir, "--", "--data-dir", data_dir] + TRAINER)
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
 def trials(job_dir):
     with open(os.path.join(job_dir, "trials.csv")) as f:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_a_three_trial_study_with_every_parameter_type(mini_records, tmp_path):
     config = write_config(
         tmp_path / "hp.yaml",
@@ -112,6 +120,7 @@ def test_a_three_trial_study_with_every_parameter_type(mini_records, tmp_path):
     assert open(os.path.join(job, "study.png"), "rb").read(4) == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_resume_after_the_coordinator_is_killed(mini_records, tmp_path):
     config = write_config(
         tmp_path / "hp.yaml", maxTrials=3, maxFailedTrials=2, algorithm="RANDOM_SEARCH", params=[LEARNING_RATE_PARAM]
@@ -151,6 +160,7 @@ def test_resume_after_the_coordinator_is_killed(mini_records, tmp_path):
     assert rc == 0 and len(trials(job)) == 3
 
 
+@pytest.mark.slow
 def test_failing_trials_are_recorded_and_limited(mini_records, tmp_path):
     # num-layers 9 is not 6n+2: that trial's trainer exits with status 2.
     params = [{"parameterName": "num-layers", "type": "DISCRETE", "discreteValues": [8, 9]}]
@@ -175,6 +185,7 @@ def test_failing_trials_are_recorded_and_limited(mini_records, tmp_path):
     assert rc == 1 and "1 trial(s) failed, the study's limit (maxFailedTrials 1)" in err
 
 
+@pytest.mark.slow
 def test_median_rule_stops_a_trial_worse_at_the_same_step(mini_records, tmp_path):
     # Trial 1 learns (rate 0.2); trial 2 cannot (rate 1e-9): at the steps where both
     # report, trial 2 is below trial 1, so the median rule stops it.
@@ -231,28 +242,28 @@ def test_median_rule_stops_a_trial_worse_at_the_same_step(mini_records, tmp_path
         ),
     ],
 )
-def test_bad_configs_are_refused_before_any_trial(mini_records, tmp_path, param, message):
+def test_bad_configs_are_refused_before_any_trial(mini_records, tmp_path, capsys, param, message):
     import re
 
     config = write_config(tmp_path / "hp.yaml", maxTrials=2, params=[param])
     job = str(tmp_path / "study")
-    rc, out, err = tune(config, job, mini_records, timeout=120)
+    rc, out, err = tune_in_process(capsys, config, job, mini_records)
     assert rc == 2 and re.search(message, err), err
     assert not os.path.exists(job)  # no study, no trial directory
 
 
-def test_grid_search_with_a_double_is_refused(mini_records, tmp_path):
+def test_grid_search_with_a_double_is_refused(mini_records, tmp_path, capsys):
     config = write_config(
         tmp_path / "hp.yaml",
         algorithm="GRID_SEARCH",
         params=[{"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.1, "maxValue": 0.2}],
     )
-    rc, _, err = tune(config, str(tmp_path / "study"), mini_records, timeout=120)
+    rc, _, err = tune_in_process(capsys, config, str(tmp_path / "study"), mini_records)
     assert rc == 2 and "GRID_SEARCH takes INTEGER, DISCRETE and CATEGORICAL parameters only" in err
     assert not os.path.exists(str(tmp_path / "study"))
 
 
-def test_unknown_hyperparameters_field_is_refused(tmp_path, mini_records):
+def test_unknown_hyperparameters_field_is_refused(tmp_path, mini_records, capsys):
     config = tmp_path / "hp.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -269,10 +280,11 @@ def test_unknown_hyperparameters_field_is_refused(tmp_path, mini_records):
             }
         )
     )
-    rc, _, err = tune(str(config), str(tmp_path / "study"), mini_records, timeout=120)
+    rc, _, err = tune_in_process(capsys, str(config), str(tmp_path / "study"), mini_records)
     assert rc == 2 and "unknown field maxTrial" in err
 
 
+@pytest.mark.slow
 def test_parallel_trials_share_the_cores(mini_records, tmp_path):
     config = write_config(
         tmp_path / "hp.yaml", maxTrials=2, maxParallelTrials=2, algorithm="RANDOM_SEARCH", params=[LEARNING_RATE_PARAM]
@@ -287,6 +299,7 @@ def test_parallel_trials_share_the_cores(mini_records, tmp_path):
     assert {r["state"] for r in trials(job)} == {"COMPLETE"}
 
 
+@pytest.mark.slow
 def test_a_study_of_a_recipe_trains_on_the_training_split_and_writes_its_best_args(mini_records, tmp_path):
     """A two-trial study of the 5-minute recipe at a 25 s budget: the trials train on the training split
     alone (the recipe trains a final model on both), report validation accuracy, and best.args gives the
@@ -330,6 +343,7 @@ def test_a_study_of_a_recipe_trains_on_the_training_split_and_writes_its_best_ar
     assert hp["train_subsets"] == ["train", "validation"] and hp["label_smoothing"] == float(best["label-smoothing"])
 
 
+@pytest.mark.slow
 def test_two_coordinators_share_one_study_through_optunas_journal(mini_records, tmp_path):
     """Two machines' coordinators (two processes here) join one study through a journal file: together
     they run its maxTrials, each trial once, none recorded as failed by the other."""
