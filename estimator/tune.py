@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     from estimator.tuning import study
 
     max_trials = args.max_trials or study_spec.max_trials
-    if study_spec.algorithm == "GRID_SEARCH":
+    if study_spec.algorithm == spec_lib.Algorithm.GRID_SEARCH:
         max_trials = min(max_trials, math.prod(len(values) for values in spec_lib.grid(study_spec.params).values()))
     parallel = args.parallel_trials or min(study_spec.max_parallel_trials, os.cpu_count() or 1)
     extra = study.trainer_defaults(trainer_flags, study_spec, parallel, hp.train_steps)

@@ -294,7 +294,7 @@ def best_args(argv) -> int:
         print("error: no trial of %s has written its results.json yet." % args.config, file=sys.stderr)
         return 1
     [metric] = config["studySpec"]["metrics"]
-    pick = max if metric["goal"] == "MAXIMIZE" else min
+    pick = max if metric["goal"] == spec_lib.Goal.MAXIMIZE else min
     trial, values, value = pick(trials, key=lambda t: t[2])
     for t, v, m in trials:
         print("trial %s: %s %.4f with %s" % (t, metric["metricId"], m, " ".join("--%s=%s" % kv for kv in v.items())))

@@ -74,7 +74,7 @@ def default_parameters(study: dict) -> dict:
         if "doubleValueSpec" in p or "integerValueSpec" in p:
             spec = p.get("doubleValueSpec") or p["integerValueSpec"]
             lo, hi = float(spec["minValue"]), float(spec["maxValue"])
-            log = p.get("scaleType") in ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
+            log = p.get("scaleType") in spec_lib.LOG_SCALES
             value = math.sqrt(lo * hi) if log else (lo + hi) / 2
             values[p["parameterId"]] = str(int(round(value))) if "integerValueSpec" in p else "%.6g" % value
         else:

@@ -13,19 +13,20 @@ import json
 from estimator.cloud.vertex_job import JobOptions, custom_job_spec, flag_value
 from estimator.common import storage
 from estimator.tuning import spec as spec_lib
+from estimator.tuning.spec import ParamType
 
 
 def _parameter_spec(p: spec_lib.Param) -> dict:
     out = {"parameterId": p.name}
-    if p.type == "DOUBLE":
+    if p.type == ParamType.DOUBLE:
         out["doubleValueSpec"] = {"minValue": float(p.min_value), "maxValue": float(p.max_value)}
-    elif p.type == "INTEGER":
+    elif p.type == ParamType.INTEGER:
         out["integerValueSpec"] = {"minValue": str(p.min_value), "maxValue": str(p.max_value)}
-    elif p.type == "DISCRETE":
+    elif p.type == ParamType.DISCRETE:
         out["discreteValueSpec"] = {"values": [float(v) for v in p.values]}
     else:
         out["categoricalValueSpec"] = {"values": list(p.values)}
-    if p.type in ("DOUBLE", "INTEGER"):
+    if p.type in (ParamType.DOUBLE, ParamType.INTEGER):
         out["scaleType"] = p.scale
     return out
 

@@ -141,7 +141,7 @@ class Planner:
       clock: ``time.monotonic`` or a simulated clock.
       guess_images_per_sec: the speed assumed before any is measured (the first steps only).
       eval_speedup: evaluation images/s over training images/s on this machine
-        (``precision.evaluation_speedup``, measured); ``EVAL_SPEEDUP`` where not measured.
+        (``HParams.speed_probe``, measured); ``EVAL_SPEEDUP`` where not measured.
       final_fixed_secs: what the end costs besides evaluating images, at least.
       optional_views: ``[(name, images)]``, in order: test-time views evaluated after training only while
         the end stays within ``FINAL_SHARE`` of the budget (``planned_views``), and at the end only those
@@ -154,7 +154,7 @@ class Planner:
         measured). Plans spend the time left on the mix of sizes still to come. None: every step costs
         the same.
       probe_images_per_sec: training images/s the start-up probe timed for this network
-        (``precision.evaluation_speedup``), where it did: the end's reserve never assumes training
+        (``HParams.speed_probe``), where it did: the end's reserve never assumes training
         slower than half of it (``BURST_FACTOR``), so a burst of another process as the job starts
         cannot make the reserve swallow the budget.
     """

@@ -91,14 +91,14 @@ def plot(path: str, table, study_spec: spec_lib.StudySpec) -> None:
     colours = {"COMPLETE": "tab:blue", "PRUNED": "tab:orange"}
     for ax, p in zip(axes[0], study_spec.params):
         xs = [r[p.name] for r in scored]
-        if p.type == "CATEGORICAL":
+        if p.type == spec_lib.ParamType.CATEGORICAL:
             positions = {v: i for i, v in enumerate(p.values)}
             ax.set_xticks(range(len(p.values)), p.values)
             xs = [positions[x] for x in xs]
-        elif p.scale == "UNIT_LOG_SCALE":
+        elif p.scale == spec_lib.Scale.UNIT_LOG_SCALE:
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        elif p.scale == "UNIT_REVERSE_LOG_SCALE":
+        elif p.scale == spec_lib.Scale.UNIT_REVERSE_LOG_SCALE:
             # Dense near the top: x = lo + hi - z with z on a log scale, so the axis is
             # -log(lo + hi - x), increasing with x and labelled in x.
             ax.set_xscale(
@@ -109,7 +109,7 @@ def plot(path: str, table, study_spec: spec_lib.StudySpec) -> None:
                 ),
             )
         ax.scatter(xs, [r[metric] for r in scored], c=[colours.get(r["state"], "grey") for r in scored])
-        ax.set_xlabel(p.name + ("" if p.scale == "UNIT_LINEAR_SCALE" else " (%s)" % p.scale.lower()))
+        ax.set_xlabel(p.name + ("" if p.scale == spec_lib.Scale.UNIT_LINEAR_SCALE else " (%s)" % p.scale.lower()))
         ax.set_ylabel(metric)
     history = axes[0][-1]
     ids = [int(r["trial"]) for r in scored]
@@ -117,7 +117,7 @@ def plot(path: str, table, study_spec: spec_lib.StudySpec) -> None:
     history.scatter(ids, values, c=[colours.get(r["state"], "grey") for r in scored])
     best, best_so_far = None, []
     for v in values:
-        better = best is None or (v > best if study_spec.goal == "MAXIMIZE" else v < best)
+        better = best is None or (v > best if study_spec.goal == spec_lib.Goal.MAXIMIZE else v < best)
         best = v if better else best
         best_so_far.append(best)
     history.step(ids, best_so_far, where="post", color="tab:green", label="best so far")

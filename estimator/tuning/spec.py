@@ -13,10 +13,45 @@ from dataclasses import dataclass, field
 
 import yaml
 
-GOALS = ("MAXIMIZE", "MINIMIZE")
-ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH")
-TYPES = ("DOUBLE", "INTEGER", "DISCRETE", "CATEGORICAL")
-SCALES = ("NONE", "UNIT_LINEAR_SCALE", "UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
+from estimator.common.options import Choice
+
+
+class Goal(Choice):
+    """hyperparameters.goal."""
+
+    MAXIMIZE = "MAXIMIZE"
+    MINIMIZE = "MINIMIZE"
+
+
+class Algorithm(Choice):
+    """hyperparameters.algorithm (unspecified: Optuna's TPE, as the service's Bayesian search)."""
+
+    ALGORITHM_UNSPECIFIED = "ALGORITHM_UNSPECIFIED"
+    GRID_SEARCH = "GRID_SEARCH"
+    RANDOM_SEARCH = "RANDOM_SEARCH"
+
+
+class ParamType(Choice):
+    """params[].type."""
+
+    DOUBLE = "DOUBLE"
+    INTEGER = "INTEGER"
+    DISCRETE = "DISCRETE"
+    CATEGORICAL = "CATEGORICAL"
+
+
+class Scale(Choice):
+    """params[].scaleType (NONE: linear)."""
+
+    NONE = "NONE"
+    UNIT_LINEAR_SCALE = "UNIT_LINEAR_SCALE"
+    UNIT_LOG_SCALE = "UNIT_LOG_SCALE"
+    UNIT_REVERSE_LOG_SCALE = "UNIT_REVERSE_LOG_SCALE"
+
+
+# The spellings (what the YAML holds, and Param and StudySpec keep: plain strings, which YAML and JSON write).
+GOALS, ALGORITHMS, TYPES, SCALES = Goal.values(), Algorithm.values(), ParamType.values(), Scale.values()
+LOG_SCALES = (Scale.UNIT_LOG_SCALE, Scale.UNIT_REVERSE_LOG_SCALE)
 HYPERPARAMETER_FIELDS = (
     "goal",
     "hyperparameterMetricTag",
@@ -44,11 +79,11 @@ class Param:
     min_value: float = None
     max_value: float = None
     values: tuple = ()  # DISCRETE numbers or CATEGORICAL strings
-    scale: str = "UNIT_LINEAR_SCALE"
+    scale: str = Scale.UNIT_LINEAR_SCALE.value
 
     @property
     def log(self) -> bool:
-        return self.scale in ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
+        return self.scale in LOG_SCALES
 
 
 @dataclass(frozen=True)
@@ -108,12 +143,12 @@ def _param(entry, index, trainer_flags) -> Param:
     kind = entry.get("type")
     if kind not in TYPES:
         raise SpecError("%s.type %r is not one of %s." % (where, kind, ", ".join(TYPES)))
-    scale = entry.get("scaleType", "UNIT_LINEAR_SCALE")
+    scale = entry.get("scaleType", Scale.UNIT_LINEAR_SCALE.value)
     if scale not in SCALES:
         raise SpecError("%s.scaleType %r is not one of %s." % (where, scale, ", ".join(SCALES)))
-    if scale == "NONE":
-        scale = "UNIT_LINEAR_SCALE"
-    if kind in ("DOUBLE", "INTEGER"):
+    if scale == Scale.NONE:
+        scale = Scale.UNIT_LINEAR_SCALE.value
+    if kind in (ParamType.DOUBLE, ParamType.INTEGER):
         return _ranged_param(entry, where, name, kind, scale)
     return _listed_param(entry, where, name, kind, scale)
 
@@ -126,20 +161,20 @@ def _ranged_param(entry: dict, where: str, name: str, kind: str, scale: str) -> 
     if "minValue" not in entry or "maxValue" not in entry:
         raise SpecError("%s: type %s needs minValue and maxValue." % (where, kind))
     lo, hi = _number(entry["minValue"], where + ".minValue"), _number(entry["maxValue"], where + ".maxValue")
-    if kind == "INTEGER" and not (float(lo).is_integer() and float(hi).is_integer()):
+    if kind == ParamType.INTEGER and not (float(lo).is_integer() and float(hi).is_integer()):
         raise SpecError("%s: INTEGER bounds %r..%r must be whole numbers." % (where, lo, hi))
     if lo > hi:
         raise SpecError("%s: minValue %r is above maxValue %r." % (where, lo, hi))
-    if scale != "UNIT_LINEAR_SCALE" and lo <= 0:
+    if scale != Scale.UNIT_LINEAR_SCALE and lo <= 0:
         raise SpecError("%s: scaleType %s needs a positive range, got minValue %r." % (where, scale, lo))
-    if kind == "INTEGER":
+    if kind == ParamType.INTEGER:
         lo, hi = int(lo), int(hi)
     return Param(name, kind, lo, hi, scale=scale)
 
 
 def _listed_param(entry: dict, where: str, name: str, kind: str, scale: str) -> Param:
     """A DISCRETE (increasing numbers) or CATEGORICAL (distinct strings) parameter: no range, no scale."""
-    if scale != "UNIT_LINEAR_SCALE":
+    if scale != Scale.UNIT_LINEAR_SCALE:
         raise SpecError(
             "%s.scaleType %s: only DOUBLE and INTEGER parameters take a scale here (Optuna samples %s "
             "values as categories); remove it." % (where, scale, kind)
@@ -147,7 +182,7 @@ def _listed_param(entry: dict, where: str, name: str, kind: str, scale: str) -> 
     for key in ("minValue", "maxValue"):
         if key in entry:
             raise SpecError("%s.%s does not go with type %s." % (where, key, kind))
-    if kind == "DISCRETE":
+    if kind == ParamType.DISCRETE:
         values = entry.get("discreteValues")
         if not isinstance(values, list) or not values:
             raise SpecError("%s: type DISCRETE needs a non-empty discreteValues list." % where)
@@ -184,7 +219,7 @@ def study_spec(training_input: dict, trainer_flags=None) -> StudySpec:
             "%shyperparameterMetricTag %r: the trainer reports %s." % (where, metric, ", ".join(REPORTED_METRICS))
         )
     counts = _trial_counts(hp, where)
-    algorithm = hp.get("algorithm", "ALGORITHM_UNSPECIFIED")
+    algorithm = hp.get("algorithm", Algorithm.ALGORITHM_UNSPECIFIED.value)
     if algorithm not in ALGORITHMS:
         raise SpecError("%salgorithm %r is not one of %s." % (where, algorithm, ", ".join(ALGORITHMS)))
     early = hp.get("enableTrialEarlyStopping", False)
@@ -201,8 +236,8 @@ def study_spec(training_input: dict, trainer_flags=None) -> StudySpec:
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
         raise SpecError("%sparams: %s is given twice." % (where, duplicated[0]))
-    if algorithm == "GRID_SEARCH":
-        doubles = [p.name for p in params if p.type == "DOUBLE"]
+    if algorithm == Algorithm.GRID_SEARCH:
+        doubles = [p.name for p in params if p.type == ParamType.DOUBLE]
         if doubles:
             raise SpecError(
                 "%salgorithm GRID_SEARCH takes INTEGER, DISCRETE and CATEGORICAL parameters only; "
@@ -239,5 +274,5 @@ def grid(params) -> dict:
     """GRID_SEARCH's search space: every INTEGER in its range, every DISCRETE and CATEGORICAL value."""
     space = {}
     for p in params:
-        space[p.name] = list(range(p.min_value, p.max_value + 1)) if p.type == "INTEGER" else list(p.values)
+        space[p.name] = list(range(p.min_value, p.max_value + 1)) if p.type == ParamType.INTEGER else list(p.values)
     return space

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from estimator.common import cluster as cluster_lib
 from estimator.common import processes
 from estimator.tuning import spec as spec_lib
+from estimator.tuning.spec import Algorithm, Goal, ParamType, Scale
 
 STUDY_DB = "study.db"
 METRIC_FILE = os.path.join("hypertune", "output.metrics")
@@ -77,8 +78,10 @@ class Running:
 
 def flag_value(param: spec_lib.Param, value):
     """How a value goes on the command line: integers as integers, the rest as given."""
-    if param.type == "INTEGER" or (
-        param.type == "DISCRETE" and float(value).is_integer() and all(float(v).is_integer() for v in param.values)
+    if param.type == ParamType.INTEGER or (
+        param.type == ParamType.DISCRETE
+        and float(value).is_integer()
+        and all(float(v).is_integer() for v in param.values)
     ):
         return int(value)
     return value
@@ -88,15 +91,15 @@ def sample(trial, params) -> dict:
     """Draws one value per parameter from the Optuna trial; returns {flag name: value}."""
     values = {}
     for p in params:
-        if p.type == "DOUBLE" and p.scale == "UNIT_REVERSE_LOG_SCALE":
+        if p.type == ParamType.DOUBLE and p.scale == Scale.UNIT_REVERSE_LOG_SCALE:
             z = trial.suggest_float(p.name + ":reverse_log_z", p.min_value, p.max_value, log=True)
             values[p.name] = p.min_value + p.max_value - z
-        elif p.type == "DOUBLE":
+        elif p.type == ParamType.DOUBLE:
             values[p.name] = trial.suggest_float(p.name, p.min_value, p.max_value, log=p.log)
-        elif p.type == "INTEGER" and p.scale == "UNIT_REVERSE_LOG_SCALE":
+        elif p.type == ParamType.INTEGER and p.scale == Scale.UNIT_REVERSE_LOG_SCALE:
             z = trial.suggest_float(p.name + ":reverse_log_z", p.min_value, p.max_value, log=True)
             values[p.name] = int(round(p.min_value + p.max_value - z))
-        elif p.type == "INTEGER":
+        elif p.type == ParamType.INTEGER:
             values[p.name] = trial.suggest_int(p.name, p.min_value, p.max_value, log=p.log)
         else:
             values[p.name] = trial.suggest_categorical(p.name, list(p.values))
@@ -107,7 +110,10 @@ def sample(trial, params) -> dict:
 def make_sampler(study_spec: spec_lib.StudySpec, seed):
     import optuna
 
-    if study_spec.algorithm in ("GRID_SEARCH", "RANDOM_SEARCH"):  # grid points are queued: see grid_points
+    if study_spec.algorithm in (
+        Algorithm.GRID_SEARCH,
+        Algorithm.RANDOM_SEARCH,
+    ):  # grid points are queued: see grid_points
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
 
@@ -228,7 +234,7 @@ class Coordinator(object):
             storage=storage,
             study_name=self.study_name,
             load_if_exists=True,
-            direction="maximize" if self.spec.goal == "MAXIMIZE" else "minimize",
+            direction="maximize" if self.spec.goal == Goal.MAXIMIZE else "minimize",
             sampler=make_sampler(self.spec, self.seed),
             pruner=make_pruner(self.spec),
         )
@@ -244,7 +250,7 @@ class Coordinator(object):
                 "trial %s was left running by an earlier coordinator: recorded as failed"
                 % frozen.user_attrs.get("trial_id", frozen.number + 1)
             )
-        if self.spec.algorithm == "GRID_SEARCH":
+        if self.spec.algorithm == Algorithm.GRID_SEARCH:
             # Queued points of an earlier run keep their values in "fixed_params" until they start.
             seen = [t.params or t.system_attrs.get("fixed_params", {}) for t in study.get_trials(deepcopy=False)]
             for point in grid_points(self.spec, self.seed):
