@@ -5,7 +5,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 import tensorflow as tf
@@ -86,10 +85,9 @@ def test_sync_cluster_finishes_without_hanging(mini_records, tmp_path):
     )
     with cluster:
         assert cluster.start().wait(timeout=240, grace=60) == 0
-        exited = time.time()
-    # The stock SyncReplicasOptimizer hook held the chief's exit for 120 s after its work was done (a
-    # fixed wait, not computation: the same on any CPU); results.json is the chief's last record.
-    assert exited - os.path.getmtime(os.path.join(job, "results.json")) < 60
+    # The stock SyncReplicasOptimizer hook held the chief's session open for the coordinator's 120 s grace
+    # after training, until it gave up on the aggregation thread and said so (at any CPU's speed).
+    assert "Coordinator stopped with threads still running" not in cluster.task("master").log()
     results = json.load(open(os.path.join(job, "results.json")))
     assert results["global_step"] == 40
     assert "SyncReplicasV2: replicas_to_aggregate=2" in cluster.task("master").log()
