@@ -21,7 +21,7 @@ JOB_DIR ?= work/job
 # decay 0.9 lets the moving averages keep up in so short a run.
 RUN_FLAGS ?= --num-gpus 0 --num-layers 20 --train-steps 400 --batch-norm-decay 0.9 --seed 1
 
-.PHONY: print-python venv run test lint bench bench-speed bench-recipes bench-jpeg-cost bench-contention bench-health clean
+.PHONY: print-python venv run test lint docs bench bench-speed bench-recipes bench-jpeg-cost bench-contention bench-health clean
 
 $(VENV)/.installed: setup.py requirements.txt requirements-test.txt
 	@test -n "$(PYTHON)" || { echo "make: no Python 3.9-3.11 found (python3 is $$(python3 --version 2>&1 | cut -d' ' -f2), and TensorFlow 2.15 has no wheels for it): install python3.11 with venv (e.g. apt install python3.11-venv, or uv python install 3.11), or give PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -46,6 +46,10 @@ lint: venv
 
 test: lint
 	$(PY) -m pytest -n 2
+
+# docs/training.md's flag table, made anew from the settings' declarations (a test holds it to them).
+docs: venv
+	$(PY) -c 'from estimator.training import flags; flags.write_table("docs/training.md")'
 
 FULL_DATA_DIR ?= work/cifar-10-full
 

@@ -1,7 +1,7 @@
 """What each short-run option buys: one recipe run with each option added, side by side in one session.
 
     python -m benchmarks.ablation --data-dir work/cifar-10-full recipes/cpu_5min.args \\
-        --variant base= --variant ema="--ema-decay 0.99" --variant zero-init=--zero-init-residual
+        --variant base= --variant lookahead=--lookahead --variant pad2="--crop-padding 2"
 
 Each variant is the recipe plus its flags (later flags override the recipe's),
 run as a user would (``benchmarks.recipes.run_recipe``: a fresh process, wall
@@ -21,7 +21,7 @@ from benchmarks.recipes import run_recipe
 def parse_variant(text: str):
     name, _, flags = text.partition("=")
     if not name:
-        raise argparse.ArgumentTypeError("%r: write NAME=FLAGS, e.g. ema='--ema-decay 0.99'" % text)
+        raise argparse.ArgumentTypeError("%r: write NAME=FLAGS, e.g. pad2='--crop-padding 2'" % text)
     return name, shlex.split(flags)
 
 

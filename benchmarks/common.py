@@ -20,7 +20,7 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2")
 
 def cpu() -> dict:
     """The CPU model and which of the flags that matter for bf16 it has (Linux)."""
-    from estimator.ops.probe_cache import cpu_info
+    from estimator.common.machine import cpu_info
 
     info = cpu_info()
     return {

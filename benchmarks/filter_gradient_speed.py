@@ -63,7 +63,7 @@ def main(argv=None):
 
     from estimator.networks import airbench
     from estimator.ops import filter_gradient
-    from estimator.training import precision
+    from estimator.training import speed_probes
     from estimator.training.hparams import HParams
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -73,7 +73,7 @@ def main(argv=None):
     parser.add_argument("--width-multiplier", type=float, default=1.0, help="--network auto's narrower members.")
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--image-sizes", type=int, nargs="+", default=[32, 20])
-    parser.add_argument("--precisions", nargs="+", choices=precision.CANDIDATES, default=["bf16", "fp32"])
+    parser.add_argument("--precisions", nargs="+", choices=speed_probes.CANDIDATES, default=["bf16", "fp32"])
     parser.add_argument("--runs", type=int, default=3, help="Timed filter gradients per shape and round.")
     parser.add_argument("--steps", type=int, default=10, help="Timed training steps per round.")
     parser.add_argument("--warmup", type=int, default=3)
@@ -141,7 +141,7 @@ def main(argv=None):
             for name in args.precisions:
                 for way in ("measured", "native only"):
                     with native_only(way == "native only"):
-                        rate = precision.time_training_steps(hp, name, args.steps, args.warmup, size)
+                        rate = speed_probes.time_training_steps(hp, name, args.steps, args.warmup, size)
                     rates.setdefault("%s|%d|%s" % (name, size, way), []).append(round(rate, 1))
     print("\ntraining images/s, one tower, batch %d, best of %d rounds" % (args.batch_size, args.rounds))
     print("%-6s %6s %12s %12s %8s" % ("", "pixels", "native only", "measured", "speedup"))

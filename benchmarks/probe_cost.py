@@ -7,7 +7,7 @@ Start-up: for each recipe, the configuration (``estimator.training.config.parse`
 precision, the member, the filter gradients and the speeds resolved) in a fresh process, as a first run
 (an empty ``--probe-cache``) and again with that cache filled, each ``--rounds`` times: the seconds
 between, what was timed and what was chosen. Members: each member of the family timed as the probes time
-it (``precision.time_network``: training at the recipes' batch of 512 and at the batch ``family.probe_batch``
+it (``speed_probes.time_network``: training at the recipes' batch of 512 and at the batch ``family.probe_batch``
 gives it, evaluation at 500), ``--rounds`` rounds interleaved, the best kept; its efficiency (images/s
 times multiply-adds, against the reference's) is what ``family.Member.efficiency`` holds.
 """
@@ -59,7 +59,7 @@ def startup(recipe: str, data_dir: str, cache: str) -> dict:
 def member_speeds(data_dir: str, rounds: int, precisions) -> list:
     """Each member's training and evaluation images/s at batch 512 and at its probe batch, per precision."""
     from estimator.networks import family
-    from estimator.training import config, precision
+    from estimator.training import config, speed_probes
 
     with tempfile.TemporaryDirectory() as job:
         argv = ["--data-dir", data_dir, "--job-dir", job, "--num-gpus", "0", "--network", "airbench"]
@@ -71,7 +71,7 @@ def member_speeds(data_dir: str, rounds: int, precisions) -> list:
             for m in family.MEMBERS:
                 shape = hp.replace(group_depth=m.group_depth, width_multiplier=m.width_multiplier)
                 for batch in sorted({512, family.probe_batch(m.name, 512)}):
-                    rate = precision.time_network(shape.replace(train_batch_size=batch), name, max_secs=None)
+                    rate = speed_probes.time_network(shape.replace(train_batch_size=batch), name, max_secs=None)
                     old = best.get((m.name, batch), (0.0, 0.0))
                     best[(m.name, batch)] = (max(old[0], rate["train"]), max(old[1], rate["eval"]))
         reference = family.member(family.REFERENCE)
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-members", action="store_true", help="Only the start-up of each recipe.")
     parser.add_argument("--out", default="benchmarks/results/probe_cost.json")
     args = parser.parse_args(argv)
-    from estimator.ops.probe_cache import cpu_info, native_bf16
+    from estimator.common.machine import cpu_info, native_bf16
 
     print_machine()
     result = {"startup": [], "members": []}

@@ -65,9 +65,9 @@ def profile(
     import numpy as np
     import tensorflow as tf
 
+    from estimator.common import machine
     from estimator.data import records as fmt
     from estimator.networks import registry
-    from estimator.ops import probe_cache
     from estimator.training.hparams import HParams
     from estimator.training.model_fn import model_fn
 
@@ -99,7 +99,7 @@ def profile(
         config = v1.ConfigProto(intra_op_parallelism_threads=0, inter_op_parallelism_threads=0)
         with v1.Session(config=config) as sess:
             sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
-            wall = probe_cache.seconds_per_run(sess, spec.train_op, steps, warmup)
+            wall = machine.seconds_per_run(sess, spec.train_op, steps, warmup)
             by_type = collections.Counter()
             by_group = collections.Counter()
             by_node = collections.Counter()

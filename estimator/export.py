@@ -31,7 +31,7 @@ def main(argv=None) -> int:
         hp = config.load(args.job_dir)
         checkpoint = signatures.resolve_checkpoint(args.job_dir, args.checkpoint)
         path = signatures.export_saved_model(checkpoint, args.output, hp)
-    except (FileNotFoundError, FileExistsError, signatures.CheckpointMismatchError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, signatures.CheckpointMismatchError) as e:
         print("error: %s" % e, file=sys.stderr)
         return 1
     print("Exported %s (%s) to %s" % (checkpoint, registry.describe(hp), path))

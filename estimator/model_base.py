@@ -1,4 +1,4 @@
-"""``ResNet``, the base of the networks' layers, under the tutorial's name (``estimator.networks.layers``)."""
+"""``ResNet``: ``estimator.networks.layers.Network``, the base of the networks, under the tutorial's name."""
 
 from estimator.networks.layers import COMPUTE_DTYPES, DATA_FORMATS, ResNet
 

@@ -87,7 +87,7 @@ def run_config(hp: hparams_lib.HParams) -> tf.estimator.RunConfig:
             save_checkpoints_secs=None if steps else hp.save_checkpoints_secs,
             keep_checkpoint_max=hp.keep_checkpoint_max,
             log_step_count_steps=hp.log_every_n_steps,
-            save_summary_steps=min(100, hp.log_every_n_steps),
+            save_summary_steps=hp.save_summary_steps or min(100, hp.log_every_n_steps),
         )
 
 
@@ -163,7 +163,7 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
     speedup = time_budget.EVAL_SPEEDUP if hp.num_gpus else time_budget.CPU_EVAL_SPEEDUP
     probe_rate = None
     if hp.speed_probe:
-        # Resolved with the configuration (training.precision.network_speed): the time the final
+        # Resolved with the configuration (training.speed_probes.network_speed): the time the final
         # evaluations take here.
         speed = hp.speed_probe
         guess = speed["train"]

@@ -24,10 +24,10 @@ def pytest_collection_modifyitems(config, items):
     bf16 kernels, while TensorFlow 2.15, deciding from the CPU's flags, still asks for them and fails or
     aborts: tests that run bf16 kernels (``bf16_kernels``) cannot run there. On a real AVX2-only CPU they
     run (emulated), so they are skipped only under the variable."""
-    from estimator.ops import probe_cache
+    from estimator.common import machine
 
-    isa = probe_cache.cpu_info()["isa"]
-    if isa in probe_cache.BF16_ISAS:
+    isa = machine.cpu_info()["isa"]
+    if isa in machine.BF16_ISAS:
         return
     skip = pytest.mark.skip(reason="ONEDNN_MAX_CPU_ISA=%s: oneDNN has no bf16 kernels under it" % isa)
     for item in items:

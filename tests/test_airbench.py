@@ -275,7 +275,7 @@ def test_model_fn_initialises_the_whitening_from_the_training_records(mini_recor
     "flags,message",
     [
         ("--num-layers 14", "--num-layers 14 shape a ResNet; --network airbench has its own fixed layers"),
-        ("--resnet-version v2 --zero-init-residual", "--resnet-version v2 and --zero-init-residual True shape"),
+        ("--num-layers 20 --resnet-version v2", "--num-layers 20 and --resnet-version v2 shape"),
     ],
 )
 def test_resnet_flags_are_refused_with_airbench(mini_records, tmp_path, capsys, flags, message):

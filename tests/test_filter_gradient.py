@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import filter_gradient_speed
+from estimator.common import machine
 from estimator.networks import registry
 from estimator.ops import filter_gradient as fg
-from estimator.training import precision
 from tests.helpers import hp
 
 v1 = tf.compat.v1
@@ -193,7 +193,7 @@ def _cached_timings(tmp_path, monkeypatch, faster, sides=(7, 3)):
     two candidate shapes of the airbench network at width 0.5 on 32-pixel images), at batch 2, 128
     channels in and out: ``(its path, its content)``."""
     monkeypatch.setenv("CIFAR10_CACHE_DIR", str(tmp_path))
-    cpu = precision.cpu_info()
+    cpu = machine.cpu_info()
     timing = {fg.NATIVE: 2.0, fg.MATMULS: 1.0} if faster == fg.MATMULS else {fg.NATIVE: 1.0, fg.MATMULS: 2.0}
     cache = {fg.cache_key(cpu, (2, s, s, 128), (3, 3, 128, 128), tf.bfloat16): timing for s in sides}
     path = tmp_path / fg.CACHE_FILE

@@ -9,7 +9,7 @@ import pytest
 
 from estimator import cifar10_main
 from estimator.common import cluster as cluster_lib
-from estimator.training import config, flags
+from estimator.training import config, flags, settings
 from estimator.training import hparams as hparams_lib
 
 
@@ -425,10 +425,14 @@ def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini
     hp = config.load(str(job))
     assert (hp.network, hp.width_multiplier, hp.precision, hp.train_batch_size) == ("airbench", 0.5, "fp32", 64)
     assert hp.filter_gradients is None and hp.speed_probe is None
-    # Every key it recorded reads back as it was; the new ones are added, none renamed.
+    # Every key it recorded reads back as it was but the two options 0.4.0 retired (off there); the new ones
+    # are added, none renamed.
     again = json.loads(json.dumps(config.describe(hp)["hparams"]))  # as hparams.json holds it
-    assert {k: again[k] for k in recorded["hparams"]} == recorded["hparams"]
-    assert set(again) - set(recorded["hparams"]) == {"filter_gradients", "speed_probe"}
+    kept = {k: v for k, v in recorded["hparams"].items() if k not in hparams_lib.RETIRED}
+    assert {k: again[k] for k in kept} == kept
+    assert set(recorded["hparams"]) - set(again) == {"ema_decay", "zero_init_residual"}
+    assert (recorded["hparams"]["ema_decay"], recorded["hparams"]["zero_init_residual"]) == (0.0, False)
+    assert set(again) - set(recorded["hparams"]) == {"filter_gradients", "speed_probe", "save_summary_steps"}
     # Its training graph builds from hparams.json alone, and the same flags restart it.
     with tf.Graph().as_default():
         with tf.compat.v1.variable_scope("resnet"):
@@ -452,3 +456,71 @@ def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini
     other, _ = config.parse(argv + ["--width-multiplier", "0.25"], environ={})
     with pytest.raises(resilience.ForeignJobDirError, match="--width-multiplier is 0.25 here, 0.5 in its hparams.json"):
         resilience.check_same_network(other)
+
+
+@pytest.mark.parametrize(
+    "declared,words,inside,outside",
+    [
+        (settings.POSITIVE, "positive", [1e-9, 3], [0, -1]),
+        (settings.NONNEGATIVE, "0 or more", [0, 7], [-1e-9]),
+        (settings.FRACTION, "in (0, 1)", [0.5], [0, 1]),
+        (settings.Range(0, 1, high_open=True), "in [0, 1)", [0, 0.99], [1, -0.1]),
+        (settings.Range(0, 1, low_open=True), "in (0, 1]", [1], [0, 1.01]),
+        (settings.Range(0, 16, unit="pixels"), "from 0 to 16 pixels", [0, 16], [-1, 17]),
+        (settings.Range(0, 32, unit="pixels", what="a square side"), "a square side from 0 to 32 pixels", [8], [33]),
+        (settings.Range(0, low_open=True, step=1 / 8), "positive with 8 x it a whole number", [0.125, 1.5], [0.3, 0]),
+    ],
+)
+def test_a_declared_range_says_its_values_and_holds_to_them(declared, words, inside, outside):
+    assert declared.describe() == words
+    assert all(declared.contains(v) for v in inside) and not any(declared.contains(v) for v in outside)
+    with pytest.raises(ValueError, match="^--x %s must be %s\\.$" % (re.escape(str(outside[0])), re.escape(words))):
+        declared.check("--x", outside[0])
+
+
+def _outside(declared):
+    """A value just outside a range: below its low bound, else above its high one."""
+    if declared.low is not None:
+        return declared.low if declared.low_open else declared.low - 1
+    return declared.high + 1
+
+
+RANGED = [(f.name, d.range) for f, d, _ in settings.declared(hparams_lib.HParams) if d.range is not None]
+
+
+@pytest.mark.parametrize("name,declared", RANGED, ids=[name for name, _ in RANGED])
+def test_every_declared_range_is_checked_before_any_rule_naming_the_flag(mini_records, name, declared):
+    """One declaration per setting: its range, as declared, is what the trainer refuses, with no code of its own."""
+    flag, value = settings.flag_name(name), _outside(declared)
+    args = flags.build_parser().parse_args(["--data-dir", mini_records, "--job-dir", "j", flag, str(value)])
+    with pytest.raises(ValueError) as e:
+        flags.validate(args, cluster_lib.Cluster(), gpus_visible=0)
+    assert str(e.value).startswith("%s %s must be %s" % (flag, args.__dict__[name], declared.describe()))
+
+
+def test_every_flag_is_one_declared_field_in_a_known_group():
+    declared = settings.declared(hparams_lib.HParams)
+    assert {settings.flag_name(f.name) for f, _, _ in declared} | {
+        settings.flag_name(name) for name in hparams_lib.RETIRED
+    } == {a.option_strings[0] for a in flags.build_parser()._actions if a.dest != "help"}
+    assert [g.key for g in settings.GROUPS] == list(dict.fromkeys(d.group for _, d, _ in declared))
+    assert len(declared) == 73 and len(RANGED) == 38
+    with pytest.raises(ValueError, match="setting group 'nowhere' is not one of job, network"):
+        settings.setting(1, "nowhere", "A setting without a group.")
+
+
+def test_a_setting_added_by_one_declaration_reaches_its_user(mini_records, tmp_path, capsys):
+    """--save-summary-steps (0.4.0) is one field in hparams.py and one use in train.run_config: its flag, help,
+    check, docs row and hparams.json key come from the declaration."""
+    from estimator import train
+
+    hp = parse_ok(mini_records, tmp_path, "--save-summary-steps", "7")
+    assert hp.save_summary_steps == 7 and train.run_config(hp).save_summary_steps == 7
+    default = parse_ok(mini_records, tmp_path, "--log-every-n-steps", "40")
+    assert default.save_summary_steps is None and train.run_config(default).save_summary_steps == 40
+    assert "save_summary_steps" in config.describe(hp)["hparams"]
+    assert "(positive; default: 100, or --log-every-n-steps if fewer)" in " ".join(
+        flags.build_parser().format_help().split()
+    )
+    err = parse_error(capsys, ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--save-summary-steps=0"])
+    assert "--save-summary-steps 0 must be positive." in err and not os.path.exists(str(tmp_path / "j"))

@@ -114,12 +114,12 @@ def test_auto_needs_a_budget_and_takes_no_resnet_flags(mini_records, tmp_path):
 
 
 def test_a_restarted_job_keeps_its_choice_and_on_its_own_cpu_times_nothing(mini_records, tmp_path):
-    from estimator.ops import probe_cache
+    from estimator.common import machine
 
     job = tmp_path / "job"
     job.mkdir()
     record = {"family": "airbench", "member": "airbench96", "candidates": [], "precision": "bf16"}
-    here = probe_cache.cpu_key(probe_cache.cpu_info(environ={}))
+    here = machine.cpu_key(machine.cpu_info(environ={}))
     speed = {"train": 600.0, "eval": 2000.0, "how": "timed", "cpu": here}
     recorded = {"network_choice": record, "precision_probe": {}, "filter_gradients": {}, "speed_probe": speed}
     (job / "hparams.json").write_text(json.dumps({"hparams": recorded}))
@@ -205,7 +205,7 @@ class SlowCpu:
     """An AVX2-only EPYC as the speed probes see it, on a simulated clock: each member's fp32 training
     images/s as measured there (x0.25 1,304, x0.5 509, airbench94 155; evaluation 3.4x), a training step
     of 512 images taking the seconds those imply. Its ``time_network`` runs the real probe's bounded loop
-    (``probe_cache.seconds_per_run``) on a session whose steps advance the clock."""
+    (``machine.seconds_per_run``) on a session whose steps advance the clock."""
 
     TRAIN = {0.25: 1304.0, 0.5: 509.0, 1.0: 155.0}
 
@@ -223,18 +223,22 @@ class SlowCpu:
         return Session()
 
     def time_network(self, hp, precision_, steps=None, warmup=None, image_size=32, max_secs=None):
-        from estimator.ops import probe_cache
-        from estimator.training import precision
+        from estimator.common import machine
+        from estimator.training import speed_probes
 
         self.timed.append((hp.width_multiplier, hp.group_depth))
         rate = self.TRAIN[hp.width_multiplier] * (0.7 if hp.group_depth == 3 else 1.0)
         self.clock += 1.0  # building the graph
-        bounds = dict(steps=precision.PROBE_STEPS, clock=lambda: self.clock)
-        train = probe_cache.seconds_per_run(
-            self.session(hp.train_batch_size / rate), None, warmup=1, max_secs=precision.PROBE_SECS, **bounds
+        bounds = dict(steps=speed_probes.PROBE_STEPS, clock=lambda: self.clock)
+        train = machine.seconds_per_run(
+            self.session(hp.train_batch_size / rate), None, warmup=1, max_secs=speed_probes.PROBE_SECS, **bounds
         )
-        evaluate = probe_cache.seconds_per_run(
-            self.session(hp.eval_batch_size / rate / 3.4), None, warmup=1, max_secs=precision.PROBE_SECS / 3, **bounds
+        evaluate = machine.seconds_per_run(
+            self.session(hp.eval_batch_size / rate / 3.4),
+            None,
+            warmup=1,
+            max_secs=speed_probes.PROBE_SECS / 3,
+            **bounds,
         )
         return {"train": hp.train_batch_size / train, "eval": hp.eval_batch_size / evaluate}
 
@@ -266,11 +270,11 @@ def test_a_first_run_on_the_slowest_cpu_chooses_in_seconds_on_a_simulated_clock(
 ):
     # With 11 fixed steps per member and every member that could reach its table timed, this first run
     # spent 77 s of its 300 before training (airbench94 alone 36 s): now at most 10.
-    from estimator.training import precision
+    from estimator.training import speed_probes
 
     cpu = SlowCpu()
     args, values, given = _recipe_values(tmp_path, mini_records, budget, str(tmp_path / "cache"))
-    monkeypatch.setattr(precision, "time_network", cpu.time_network)
+    monkeypatch.setattr(speed_probes, "time_network", cpu.time_network)
     member, record, probe, speed = config._measure_and_choose(args, values, EPYC, given)
     assert cpu.clock <= 10.0, (cpu.clock, cpu.timed)
     assert probe == {} and record["precision"] == "fp32"  # no native bf16: nothing timed for it
@@ -289,19 +293,19 @@ def test_a_first_run_on_the_slowest_cpu_chooses_in_seconds_on_a_simulated_clock(
 
 
 def test_a_budget_too_short_for_probes_chooses_from_estimates_and_says_so(mini_records, tmp_path, monkeypatch):
-    from estimator.training import precision
+    from estimator.training import speed_probes
 
     cache = str(tmp_path / "cache")
     args, values, given = _recipe_values(tmp_path, mini_records, "90s", cache)
-    monkeypatch.setattr(precision, "time_network", lambda *a, **k: pytest.fail("nothing is timed in 90 s"))
+    monkeypatch.setattr(speed_probes, "time_network", lambda *a, **k: pytest.fail("nothing is timed in 90 s"))
     member, record, probe, speed = config._measure_and_choose(args, values, EPYC, given)
     assert {c["speed"] for c in record["candidates"]} == {"estimated from airbench94 x0.5, " + family.ASSUMED}
     assert speed["how"].endswith(family.ASSUMED) and member.name == "airbench94 x0.25"
     # What an earlier, longer job timed is used: figures of this CPU, for free.
-    monkeypatch.setattr(precision, "time_network", SlowCpu().time_network)
+    monkeypatch.setattr(speed_probes, "time_network", SlowCpu().time_network)
     long_args, long_values, long_given = _recipe_values(tmp_path, mini_records, "5m", cache)
     config._measure_and_choose(long_args, long_values, EPYC, long_given)
-    monkeypatch.setattr(precision, "time_network", lambda *a, **k: pytest.fail("cached"))
+    monkeypatch.setattr(speed_probes, "time_network", lambda *a, **k: pytest.fail("cached"))
     _, record, _, _ = config._measure_and_choose(args, values, EPYC, given)
     assert {c["member"]: c["speed"] for c in record["candidates"]}["airbench94 x0.5"] == "timed"
 
@@ -311,11 +315,11 @@ def test_a_studys_trials_share_what_the_first_measured(mini_records, tmp_path, m
     # Trials of a study (CLOUD_ML_TRIAL_ID, each its own job dir; on Vertex AI each its own machine, whose
     # trials estimator.vertex gives --probe-cache gs://BASE/probe-cache) time nothing twice.
     from estimator.common import storage
-    from estimator.training import precision
+    from estimator.training import speed_probes
 
     base = request.getfixturevalue("gcs") + "/study" if where == "gcs" else str(tmp_path / "study")
     cpu = SlowCpu()
-    monkeypatch.setattr(precision, "time_network", cpu.time_network)
+    monkeypatch.setattr(speed_probes, "time_network", cpu.time_network)
     argv = ["--network", "auto", "--time-budget", "5m", "--train-batch-size", "64", "--eval-batch-size", "100"]
     argv += ["--probe-cache", storage.join(base, "probe-cache")]
     first = config.resolve(parse(tmp_path, mini_records, *argv), environ={"CLOUD_ML_TRIAL_ID": "1"}, gpus_visible=0)
@@ -324,4 +328,4 @@ def test_a_studys_trials_share_what_the_first_measured(mini_records, tmp_path, m
     second = config.resolve(parse(tmp_path, mini_records, *argv), environ={"CLOUD_ML_TRIAL_ID": "2"}, gpus_visible=0)
     assert cpu.timed == timed and second.job_dir.endswith("/job/2")
     assert second.network_choice == first.network_choice and second.speed_probe == first.speed_probe
-    assert storage.exists(storage.join(base, "probe-cache", precision.CACHE_FILE))
+    assert storage.exists(storage.join(base, "probe-cache", speed_probes.CACHE_FILE))

@@ -144,7 +144,7 @@ def test_checkpoints_carry_over_between_precisions(mini_records, tmp_path):
 def test_the_probes_measurements_travel_through_cloud_storage_and_a_bad_cache_costs_only_a_probe(gcs, tmp_path):
     """--probe-cache gs://...: what one job (or trial) measured, the next reads instead of measuring; a cache
     that cannot be written or read costs the probe again, never the job."""
-    from estimator.ops import probe_cache
+    from estimator.common import machine
 
     calls = []
 
@@ -152,20 +152,20 @@ def test_the_probes_measurements_travel_through_cloud_storage_and_a_bad_cache_co
         calls.append(1)
         return {"train": 123.4}
 
-    path = probe_cache.cache_path("training_speed_probe.json", gcs + "/probe-cache")
+    path = machine.cache_path("training_speed_probe.json", gcs + "/probe-cache")
     assert path == gcs + "/probe-cache/training_speed_probe.json"
-    assert probe_cache.cached_probe(path, "cpu|net", ("train",), measure) == ({"train": 123.4}, True)
-    assert probe_cache.cached_probe(path, "cpu|net", ("train",), measure) == ({"train": 123.4}, False)
+    assert machine.cached_probe(path, "cpu|net", ("train",), measure) == ({"train": 123.4}, True)
+    assert machine.cached_probe(path, "cpu|net", ("train",), measure) == ({"train": 123.4}, False)
     assert len(calls) == 1
     blocked = tmp_path / "not-a-directory"
     blocked.write_text("a file where the cache's directory should be")
-    unwritable = probe_cache.cache_path("training_speed_probe.json", str(blocked))
+    unwritable = machine.cache_path("training_speed_probe.json", str(blocked))
     for _ in range(2):  # measured each time: nothing could be kept
-        assert probe_cache.cached_probe(unwritable, "cpu|net", ("train",), measure) == ({"train": 123.4}, True)
+        assert machine.cached_probe(unwritable, "cpu|net", ("train",), measure) == ({"train": 123.4}, True)
     assert len(calls) == 3
     garbled = tmp_path / "garbled.json"
     garbled.write_text("{not json")
-    assert probe_cache.cached_probe(str(garbled), "cpu|net", ("train",), measure)[1] is True
+    assert machine.cached_probe(str(garbled), "cpu|net", ("train",), measure)[1] is True
 
 
 def test_the_probe_cache_is_resolved_once_and_recorded(mini_records, tmp_path):

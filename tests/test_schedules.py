@@ -108,7 +108,7 @@ def test_he2016_decay_steps(mini_records, tmp_path):
             "--warmup-epochs 1.0 is 10 steps, as long as the whole run \\(10 steps\\)",
         ),
         (["--label-smoothing", "1"], "--label-smoothing 1.0 must be in \\[0, 1\\)"),
-        (["--warmup-epochs", "-1"], "--warmup-epochs -1.0 must not be negative"),
+        (["--warmup-epochs", "-1"], "--warmup-epochs -1.0 must be 0 or more"),
         (["--train-batch-size", "128.5"], "'128.5' is not a whole number"),
         (["--precision", "fp8"], "invalid choice: 'fp8'"),
     ],

@@ -14,58 +14,12 @@ from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet
 from estimator.networks import registry
 from estimator.networks.resnet import ResNetCifar10
-from estimator.serving import signatures
 from estimator.training import schedules
 from estimator.training.model_fn import IMAGE_SIZE, LOOKAHEAD_MAX_PULL, apply_lookahead, model_fn, resized_for_training
 from tests.helpers import SMALL_AIRBENCH, events, hp, run_job
 
 v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
-
-
-def test_weight_averages_are_what_evaluation_and_exports_restore(tmp_path):
-    params = hp(ema_decay=0.5, learning_rate=0.5)
-    images = np.random.RandomState(0).uniform(0, 255, (6, 32, 32, 3)).astype(np.float32)
-    checkpoint = str(tmp_path / "model.ckpt-3")
-    with tf.Graph().as_default():
-        v1.set_random_seed(1)
-        v1.train.create_global_step()
-        spec = model_fn(tf.constant(images), tf.constant([0, 1, 2, 3, 4, 5]), MODES.TRAIN, params)
-        kernel = [v for v in v1.global_variables() if v.op.name == "resnet/fc/kernel"][0]
-        with v1.Session() as sess:
-            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
-            shadow = sess.run(kernel)  # the average starts at the initial weights
-            for k in (1, 2, 3):
-                sess.run(spec.train_op)
-                # num_updates: decay min(0.5, (1 + k) / (10 + k)) after update k.
-                decay = min(0.5, (1.0 + k) / (10.0 + k))
-                shadow = decay * shadow + (1 - decay) * sess.run(kernel)
-            v1.train.Saver().save(sess, checkpoint)
-            trained = sess.run(kernel)
-    stored = tf.train.load_checkpoint(checkpoint)
-    np.testing.assert_allclose(stored.get_tensor("resnet/fc/kernel/ExponentialMovingAverage"), shadow, rtol=1e-5)
-    assert np.abs(shadow - trained).max() > 1e-4  # the two differ, so the checks below can tell them apart
-
-    with tf.Graph().as_default():
-        v1.train.create_global_step()
-        spec = model_fn(tf.constant(images), tf.constant([0, 1, 2, 3, 4, 5]), MODES.EVAL, params)
-        with v1.Session() as sess:
-            sess.run(v1.local_variables_initializer())
-            spec.scaffold.saver.restore(sess, checkpoint)
-            evaluated = sess.run([v for v in v1.global_variables() if v.op.name == "resnet/fc/kernel"][0])
-    np.testing.assert_allclose(evaluated, shadow, rtol=1e-5)
-
-    export = signatures.export_saved_model(checkpoint, str(tmp_path / "export"), params)
-    loaded = tf.saved_model.load(export)
-    served = [v for v in loaded.variables if v.name.startswith("resnet/fc/kernel")][0]
-    np.testing.assert_allclose(served.numpy(), shadow, rtol=1e-5)
-    # Without --ema-decay the same checkpoint serves the trained weights.
-    plain = tf.saved_model.load(
-        signatures.export_saved_model(checkpoint, str(tmp_path / "plain"), params.replace(ema_decay=0.0))
-    )
-    np.testing.assert_allclose(
-        [v for v in plain.variables if v.name.startswith("resnet/fc/kernel")][0].numpy(), trained, rtol=1e-6
-    )
 
 
 def test_lookahead_meets_the_slow_copy_every_fifth_step_by_hand():
@@ -180,7 +134,7 @@ def test_training_on_two_splits_reads_both_once_per_epoch(mini_records, tmp_path
 @pytest.mark.slow
 def test_a_final_model_on_train_and_validation_says_so(mini_records, tmp_path):
     job = str(tmp_path / "job")
-    flags = "--num-gpus 0 --num-layers 8 --train-steps 8 --train-batch-size 32 --seed 2 --ema-decay 0.9 --eval-tta"
+    flags = "--num-gpus 0 --num-layers 8 --train-steps 8 --train-batch-size 32 --seed 2 --eval-tta"
     code, out = run_job(mini_records, job, *flags.split(), "--train-subsets", "train", "validation")
     assert code == 0, out[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
@@ -209,20 +163,6 @@ def test_width_multiplier_scales_every_layer(width, filters):
 def test_widths_the_shortcut_cannot_pad_are_refused(width):
     with pytest.raises(ValueError, match="width multiplier %s must be positive with 8 x it a whole number" % width):
         ResNetCifar10(8, True, 0.9, 1e-5, "channels_last", width_multiplier=width)
-
-
-def test_zero_init_residual_starts_each_unit_as_its_shortcut():
-    with tf.Graph().as_default():
-        model = ResNetCifar10(14, True, 0.9, 1e-5, "channels_last", zero_init_residual=True)
-        model.forward_pass(tf.zeros([2, 32, 32, 3]))
-        with v1.Session() as sess:
-            sess.run(v1.global_variables_initializer())
-            gammas = {v.op.name: sess.run(v) for v in v1.global_variables() if v.op.name.endswith("gamma")}
-    last = {n: g for n, g in gammas.items() if n.endswith("bn2/gamma")}
-    assert len(last) == 6 and all((g == 0).all() for g in last.values())
-    assert all((g == 1).all() for n, g in gammas.items() if n not in last)
-    with pytest.raises(ValueError, match="v2 units end with a convolution"):
-        ResNetCifar10(14, True, 0.9, 1e-5, "channels_last", version="v2", zero_init_residual=True)
 
 
 @pytest.mark.parametrize("network", ["airbench", "resnet"])

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator.common import durations
-from estimator.ops import probe_cache
+from estimator.common import durations, machine
 from estimator.training import schedules, time_budget
 from estimator.training.time_budget import BudgetState, Plan, Planner
 from tests.helpers import run_job, run_main
@@ -277,13 +276,13 @@ def test_the_test_evaluations_views_are_counted_once():
 
 
 def test_network_speed_times_training_and_evaluation_side_by_side_and_caches_them(tmp_path):
-    from estimator.training import precision
+    from estimator.training import speed_probes
     from tests.helpers import hp
 
     cpu = {"model": "this CPU", "flags": set()}
     small = hp(train_batch_size=8, eval_batch_size=10)
     cache = str(tmp_path / "speed.json")
-    probe = precision.network_speed(small, cpu=cpu, cache_file=cache)
+    probe = speed_probes.network_speed(small, cpu=cpu, cache_file=cache)
     assert set(probe) == {"train", "eval"} and all(v > 0 for v in probe.values())
     # Forward passes alone, with no gradient or update: faster per image than training.
     assert probe["eval"] > probe["train"]
@@ -291,11 +290,11 @@ def test_network_speed_times_training_and_evaluation_side_by_side_and_caches_the
     def no_timing(*_):
         raise AssertionError("a cached probe is not timed again")
 
-    assert precision.network_speed(small, cpu=cpu, timer=no_timing, cache_file=cache) == probe
+    assert speed_probes.network_speed(small, cpu=cpu, timer=no_timing, cache_file=cache) == probe
     # Another precision or evaluation batch is another entry: timed again.
     for other in (small.replace(precision="bf16"), small.replace(eval_batch_size=20)):
         with pytest.raises(AssertionError, match="not timed again"):
-            precision.network_speed(other, cpu=cpu, timer=no_timing, cache_file=cache)
+            speed_probes.network_speed(other, cpu=cpu, timer=no_timing, cache_file=cache)
 
 
 def test_a_probe_is_bounded_in_seconds_not_steps():
@@ -309,10 +308,10 @@ def test_a_probe_is_bounded_in_seconds_not_steps():
     clock = lambda: 2.0 * next(ticks)  # noqa: E731 - every run takes 2 s on this clock (start, end: one tick)
     session = Session()
     # 3 s bound, 8 steps at most: two timed runs (4 s) after the warm-up one, not eight.
-    assert probe_cache.seconds_per_run(session, None, 8, 1, clock=clock, max_secs=3.0) == 2.0
+    assert machine.seconds_per_run(session, None, 8, 1, clock=clock, max_secs=3.0) == 2.0
     assert session.runs == 3
     session = Session()
-    assert probe_cache.seconds_per_run(session, None, 8, 1, clock=clock, max_secs=100.0) == 2.0
+    assert machine.seconds_per_run(session, None, 8, 1, clock=clock, max_secs=100.0) == 2.0
     assert session.runs == 9  # the bound not reached: every step
 
 
@@ -412,17 +411,17 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
 
 @pytest.mark.slow
 def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
-    from estimator.training import precision
+    from estimator.training import speed_probes
 
     job = str(tmp_path / "job")
     flags = "--num-gpus 0 --num-layers 8 --train-steps 2 --precision auto --eval-policy final --export false"
     code, out = run_job(mini_records, job, *flags.split(), env={"CIFAR10_CACHE_DIR": str(tmp_path / "cache")})
     assert code == 0, out[-3000:]
     recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
-    if precision.native_bf16(precision.cpu_info()):
+    if machine.native_bf16(machine.cpu_info()):
         probe = recorded["precision_probe"]
         assert set(probe) == {"fp32", "bf16"} and recorded["precision"] == max(probe, key=probe.get)
-        assert os.path.exists(str(tmp_path / "cache" / precision.CACHE_FILE))
+        assert os.path.exists(str(tmp_path / "cache" / speed_probes.CACHE_FILE))
     else:  # an AVX2-only CPU: bf16 ruled out by its flags, nothing timed
         assert recorded["precision_probe"] == {} and recorded["precision"] == "fp32"
     # oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA, as on an AVX2-only CPU): bf16 is ruled out whatever the
@@ -432,76 +431,76 @@ def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
     assert code == 0, out[-3000:]
     recorded = json.load(open(os.path.join(str(tmp_path / "held"), "hparams.json")))["hparams"]
     assert recorded["precision_probe"] == {} and recorded["precision"] == "fp32"
-    assert not os.path.exists(str(tmp_path / "cache2" / precision.CACHE_FILE))
+    assert not os.path.exists(str(tmp_path / "cache2" / speed_probes.CACHE_FILE))
 
 
 def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
-    from estimator.training import precision
+    from estimator.training import speed_probes
     from tests.helpers import hp
 
     def no_timing(*_):
         raise AssertionError("nothing is timed where the CPU's flags rule bf16 out")
 
     avx2 = {"model": "AMD EPYC", "flags": {"avx2", "fma", "avx512f"}}
-    assert precision.choose(hp(), cpu=avx2, timer=no_timing, cache_file=str(tmp_path / "c.json")) == ("fp32", {})
+    assert speed_probes.choose(hp(), cpu=avx2, timer=no_timing, cache_file=str(tmp_path / "c.json")) == ("fp32", {})
     # A CPU with AMX whose oneDNN is held below bf16 (ONEDNN_MAX_CPU_ISA): as an AVX2-only one.
     for isa in ("AVX2", "AVX512_CORE", "AVX2_VNNI_2", "SOMETHING_ELSE"):
         held = {"model": "Xeon", "flags": {"amx_bf16", "avx512_bf16"}, "isa": isa}
-        assert precision.choose(hp(), cpu=held, timer=no_timing, cache_file=str(tmp_path / "c.json")) == ("fp32", {})
+        assert speed_probes.choose(hp(), cpu=held, timer=no_timing, cache_file=str(tmp_path / "c.json")) == ("fp32", {})
     assert not os.path.exists(str(tmp_path / "c.json"))
     for isa in ("", "AVX512_CORE_BF16", "AVX512_CORE_AMX", "ALL"):
-        assert probe_cache.native_bf16({"flags": {"amx_bf16"}, "isa": isa}), isa
+        assert machine.native_bf16({"flags": {"amx_bf16"}, "isa": isa}), isa
 
 
 @pytest.mark.bf16_kernels
 def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
-    from estimator.training import precision
+    from estimator.training import speed_probes
     from tests.helpers import hp
 
     amx = {"model": "a CPU with AMX", "flags": {"amx_bf16", "avx512_bf16"}}
     small = hp(train_batch_size=8)
     cache = str(tmp_path / "probe.json")
-    choice, probe = precision.choose(small, cpu=amx, cache_file=cache)
+    choice, probe = speed_probes.choose(small, cpu=amx, cache_file=cache)
     assert set(probe) == {"fp32", "bf16"} and all(v > 0 for v in probe.values())
     assert choice == max(probe, key=probe.get)
 
     def no_timing(*_):
         raise AssertionError("a cached probe is not timed again")
 
-    assert precision.choose(small, cpu=amx, timer=no_timing, cache_file=cache) == (choice, probe)
+    assert speed_probes.choose(small, cpu=amx, timer=no_timing, cache_file=cache) == (choice, probe)
     # Another network is another entry: timed again.
     with pytest.raises(AssertionError, match="not timed again"):
-        precision.choose(small.replace(num_layers=14), cpu=amx, timer=no_timing, cache_file=cache)
+        speed_probes.choose(small.replace(num_layers=14), cpu=amx, timer=no_timing, cache_file=cache)
     assert np.isfinite(list(probe.values())).all()
     # So is the same network after its code changed: an entry under the key without the code's digest
     # (as every key was before it) is not taken.
-    key = precision.cache_key(amx, small)
-    assert key.endswith("|" + precision.network_code_digest())
+    key = speed_probes.cache_key(amx, small)
+    assert key.endswith("|" + speed_probes.network_code_digest())
     with open(cache) as f:
         entries = json.load(f)
     assert len(entries) == 2 and all(k.startswith(key + "|") for k in entries)  # fp32 and bf16
     with open(cache, "w") as f:
-        json.dump({k.replace("|" + precision.network_code_digest(), ""): v for k, v in entries.items()}, f)
+        json.dump({k.replace("|" + speed_probes.network_code_digest(), ""): v for k, v in entries.items()}, f)
     with pytest.raises(AssertionError, match="not timed again"):
-        precision.choose(small, cpu=amx, timer=no_timing, cache_file=cache)
+        speed_probes.choose(small, cpu=amx, timer=no_timing, cache_file=cache)
 
 
 def test_the_networks_code_digest_follows_every_byte_of_it(tmp_path):
-    from estimator.training import precision
+    from estimator.training import speed_probes
 
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     a.write_text("x = 1\n")
     b.write_text("y = 2\n")
-    digest = precision.network_code_digest([str(a), str(b)])
-    assert len(digest) == 12 and digest == precision.network_code_digest([str(a), str(b)])
+    digest = speed_probes.network_code_digest([str(a), str(b)])
+    assert len(digest) == 12 and digest == speed_probes.network_code_digest([str(a), str(b)])
     b.write_text("y = 3\n")
-    assert precision.network_code_digest([str(a), str(b)]) != digest
+    assert speed_probes.network_code_digest([str(a), str(b)]) != digest
     # By default: the modules that build the networks the probes time.
     from estimator.networks import airbench, layers, registry, resnet
     from estimator.ops import filter_gradient, gelu
 
     modules = [m.__file__ for m in (airbench, registry, resnet, filter_gradient, layers, gelu)]
-    assert precision.network_code_digest() == precision.network_code_digest(modules)
+    assert speed_probes.network_code_digest() == speed_probes.network_code_digest(modules)
 
 
 def test_the_contention_benchmarks_competitor_takes_one_core_from_its_start_until_stopped():
@@ -539,7 +538,7 @@ def test_the_probes_cache_key_is_what_decides_speed(tmp_path):
         "model name\t: AMD EPYC\nflags\t\t: fpu avx2 fma\n\nprocessor\t: 1\ncpu family\t: 25\n"
         "model\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 fma\n"
     )
-    zen3 = probe_cache.cpu_info(str(cpuinfo), environ={})
+    zen3 = machine.cpu_info(str(cpuinfo), environ={})
     assert (zen3["model"], zen3["family"], zen3["model_number"], zen3["flags"]) == (
         "AMD EPYC",
         "25",
@@ -547,8 +546,8 @@ def test_the_probes_cache_key_is_what_decides_speed(tmp_path):
         {"fpu", "avx2", "fma"},
     )
     assert zen3["isa"] == "" and zen3["cores"] == len(os.sched_getaffinity(0))
-    assert not probe_cache.native_bf16(zen3)
-    key = probe_cache.cpu_key(zen3)
+    assert not machine.native_bf16(zen3)
+    key = machine.cpu_key(zen3)
     assert key.startswith("AMD EPYC|family 25 model 1|flags ") and key.endswith("cores|isa any")
     zen5 = dict(zen3, family="26", model_number="2", flags=zen3["flags"] | {"avx512f", "avx512_bf16"})
     others = [
@@ -558,11 +557,11 @@ def test_the_probes_cache_key_is_what_decides_speed(tmp_path):
         dict(zen3, cores=zen3["cores"] + 1),
         dict(zen3, isa="AVX2"),
     ]
-    keys = {probe_cache.cpu_key(c) for c in others}
+    keys = {machine.cpu_key(c) for c in others}
     assert len(keys) == len(others) and key not in keys
-    assert probe_cache.native_bf16(zen5) and not probe_cache.native_bf16(dict(zen5, isa="AVX2"))
-    held = probe_cache.cpu_info(str(cpuinfo), environ={"ONEDNN_MAX_CPU_ISA": "avx2"})
-    assert held["isa"] == "AVX2" and probe_cache.cpu_key(held).endswith("|isa AVX2")
+    assert machine.native_bf16(zen5) and not machine.native_bf16(dict(zen5, isa="AVX2"))
+    held = machine.cpu_info(str(cpuinfo), environ={"ONEDNN_MAX_CPU_ISA": "avx2"})
+    assert held["isa"] == "AVX2" and machine.cpu_key(held).endswith("|isa AVX2")
 
 
 def test_a_probe_is_the_median_run_so_a_burst_of_another_process_does_not_stick():
@@ -580,9 +579,9 @@ def test_a_probe_is_the_median_run_so_a_burst_of_another_process_does_not_stick(
     clock = Clock()
     durations = [5.0, 5.0] + [1.0, 1.0, 1.0, 10.0, 10.0, 10.0, 1.0, 1.0]  # 2 warm-up, 8 timed
     session = Session(durations)
-    assert probe_cache.seconds_per_run(session, None, 8, 2, clock=clock) == 1.0 and session.runs == 10
+    assert machine.seconds_per_run(session, None, 8, 2, clock=clock) == 1.0 and session.runs == 10
     even = Session([2.0, 4.0, 10.0, 3.0])
-    assert probe_cache.seconds_per_run(even, None, 4, 0, clock=clock) == 3.5
+    assert machine.seconds_per_run(even, None, 4, 0, clock=clock) == 3.5
 
 
 @pytest.mark.parametrize("probe", [None, 800.0])

@@ -5,4 +5,5 @@
 * ``cluster``: ``TF_CONFIG``, parsed and built; ``processes``: the trainer's command line, process groups.
 * ``logs``: concise logs; ``tensor_names``: the graph tensors hooks fetch by name;
   ``options``: the choices flags name, as enums; ``durations``: ``5m`` read, ``0:04:12`` written.
+* ``machine``: this CPU (its kind, native bf16, ``ONEDNN_MAX_CPU_ISA``) and the speed probes' cache.
 """

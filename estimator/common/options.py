@@ -90,3 +90,8 @@ class VariableStrategy(Choice):
 
     CPU = "CPU"
     GPU = "GPU"
+
+
+# --group-depth: the airbench network's 3x3 convolutions per group: airbench94's 2, or airbench96's 3
+# (the last two inside a residual connection).
+GROUP_DEPTHS = (2, 3)

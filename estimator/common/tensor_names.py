@@ -1,5 +1,5 @@
-"""Names of the graph tensors that hooks fetch by name: shared vocabulary of ``model_fn``, which
-names them, and the hooks and health checks that read them, so it lives below both.
+"""Names in the graph that several modules spell: the tensors hooks fetch by name (``model_fn`` names
+them; the hooks and health checks read them) and the network's variable scope, so they live below all.
 
 Not "loss": that name (and TensorBoard tag) is the Estimator's own.
 """
@@ -10,3 +10,7 @@ TRAIN_ACCURACY = "train_accuracy:0"
 LEARNING_RATE = "learning_rate:0"
 # --progressive-resize: the side of this step's training images.
 IMAGE_SIZE = "image_size:0"
+
+# The variable scope of every network's variables, hence of every checkpoint's names ("resnet/fc/kernel"):
+# the tutorial's, kept for the airbench network too so that tools and job dirs read both alike.
+NETWORK_SCOPE = "resnet"

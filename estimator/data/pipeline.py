@@ -28,8 +28,7 @@ import tensorflow as tf
 from estimator.common import storage
 from estimator.data import records as fmt
 
-PAD = 4  # pixels of zero padding on each side before the random 32x32 crop (He et al. 2016)
-MAX_PAD = 16
+PAD, MAX_PAD = fmt.CROP_PADDING, fmt.MAX_CROP_PADDING
 # What cutout fills its square with: mid-grey, 0 after the model's scaling x / 128 - 1 (DeVries &
 # Taylor 2017 zero the normalised image, i.e. fill with the mean).
 CUTOUT_FILL = 128

@@ -21,6 +21,10 @@ WIDTH = 32
 DEPTH = 3
 IMAGE_BYTES = HEIGHT * WIDTH * DEPTH  # 3,072
 NUM_CLASSES = 10
+# Pixels of zero padding on each side of a training image before its random 32x32 crop (He et al.
+# 2016), and the most a crop may shift: half the image.
+CROP_PADDING = 4
+MAX_CROP_PADDING = HEIGHT // 2
 
 # Label names in class-id order, as batches.meta's label_names.
 CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

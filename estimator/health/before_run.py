@@ -27,7 +27,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from estimator.common import storage
+from estimator.common import storage, tensor_names
 from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet, pipeline_options
 from estimator.health import rules
@@ -79,7 +79,7 @@ def loss_at_init(hp, data_dir: str, seed: int = 0) -> Check:
     images, labels = _batches(data_dir, fmt.VALIDATION, 128, 1)[0]
     with tf.Graph().as_default():
         v1.set_random_seed(seed)
-        with v1.variable_scope("resnet"):
+        with v1.variable_scope(tensor_names.NETWORK_SCOPE):
             logits = _model(hp, True).forward_pass(tf.constant(images))
         loss = tf.reduce_mean(_xent(logits, tf.constant(labels)))
         with v1.Session() as sess:
@@ -106,7 +106,7 @@ def _train(hp, batches, eval_images=None, eval_labels=None, steps=100, zero_inpu
         x = v1.placeholder(tf.float32, [None, height, width, fmt.DEPTH])
         y = v1.placeholder(tf.int32, [None])
         inputs = tf.zeros_like(x) if zero_inputs else x
-        with v1.variable_scope("resnet"):
+        with v1.variable_scope(tensor_names.NETWORK_SCOPE):
             logits = _model(hp, True).forward_pass(inputs)
         loss = tf.reduce_mean(_xent(logits, y))
         step = v1.train.MomentumOptimizer(hp.learning_rate, hp.momentum, use_nesterov=hp.nesterov).minimize(loss)
@@ -163,7 +163,7 @@ def backprop_dependency(hp, index: int = 2, batch: int = 4, seed: int = 0) -> Ch
     with tf.Graph().as_default():
         v1.set_random_seed(seed)
         x = tf.constant(images)
-        with v1.variable_scope("resnet"):
+        with v1.variable_scope(tensor_names.NETWORK_SCOPE):
             logits = _model(hp, False).forward_pass(x)  # batch norm in inference mode
         grad = tf.gradients(_xent(logits, tf.constant(labels))[index], x)[0]
         with v1.Session() as sess:

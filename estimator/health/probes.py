@@ -16,6 +16,7 @@ import weakref
 
 import tensorflow as tf
 
+from estimator.common import tensor_names
 from estimator.common.options import DataFormat
 
 v1 = tf.compat.v1
@@ -26,7 +27,7 @@ BATCH_PICTURE_SIZE = 16
 
 def layer_name(name: str) -> str:
     """``tower_0/resnet/stage1/unit2/Relu_1`` -> ``stage1/unit2/Relu_1``; ``resnet/fc/kernel`` -> ``fc/kernel``."""
-    for prefix in ("tower_0/", "resnet/"):
+    for prefix in ("tower_0/", tensor_names.NETWORK_SCOPE + "/"):
         if name.startswith(prefix):
             name = name[len(prefix) :]
     return name

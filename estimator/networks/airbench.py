@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from estimator.common import options
 from estimator.data import records as fmt
 from estimator.networks import layers
 from estimator.ops import gelu
@@ -40,9 +41,7 @@ WHITEN_EPS = 5e-4
 # Images whose patches estimate the covariance (airbench: 5,000).
 WHITEN_IMAGES = 5000
 LOGIT_SCALE = 1.0 / 9.0
-# --group-depth: 3x3 convolutions per group: airbench94's 2, or airbench96's 3 (the last two inside a
-# residual connection).
-GROUP_DEPTHS = (2, 3)
+GROUP_DEPTHS = options.GROUP_DEPTHS
 
 
 def scale_input(images, dtype=tf.float32):
@@ -92,7 +91,7 @@ def dirac_initializer(shape, dtype=tf.float32, partition_info=None):
     return tf.where(is_identity, identity, uniform)
 
 
-class AirbenchCifar10(layers.ResNet):
+class AirbenchCifar10(layers.Network):
     """Airbench94's network with 10 logits; ``width_multiplier`` scales its 64/256/256 filters;
     ``group_depth`` 3 makes its groups airbench96's (three convolutions, a residual around the last two).
 

@@ -24,8 +24,9 @@ DATA_FORMATS = DataFormat.values()
 COMPUTE_DTYPES = {Precision.FP32: tf.float32, Precision.BF16: tf.bfloat16, Precision.FP16: tf.float16}
 
 
-class ResNet(object):
-    """Layers and residual units shared by ResNet variants (and the layers of AirbenchCifar10)."""
+class Network(object):
+    """The base of both networks: data formats, compute dtypes, the layers, and the residual units the
+    ResNets are made of."""
 
     def __init__(
         self,
@@ -62,10 +63,9 @@ class ResNet(object):
         # after the network's own scaling, and every ReLU's output.
         self.scaled_input = None
         self.relu_outputs = []
-        self.zero_init_residual = False
 
     def forward_pass(self, x, input_data_format="channels_last"):
-        raise NotImplementedError("forward_pass() is implemented in ResNet subclasses")
+        raise NotImplementedError("forward_pass() is implemented by each network")
 
     @property
     def _nchw(self) -> bool:
@@ -115,14 +115,12 @@ class ResNet(object):
             x, kernel, strides, padding, data_format, self._is_training, self._filter_gradients
         )
 
-    def _batch_norm(self, x, name: str = "bn", zero_gamma: bool = False, scale: bool = True):
-        """Batch norm; ``zero_gamma`` starts its scale at 0 (the branch starts as nothing);
-        ``scale=False`` has no scale at all (1: only the shift is learnt, as airbench)."""
+    def _batch_norm(self, x, name: str = "bn", scale: bool = True):
+        """Batch norm; ``scale=False`` has no scale at all (1: only the shift is learnt, as airbench)."""
         channels = int(x.shape[self._channel_axis])
         with v1.variable_scope(name):
             if scale:
-                scale_init = v1.zeros_initializer() if zero_gamma else v1.ones_initializer()
-                gamma = v1.get_variable("gamma", [channels], initializer=scale_init)
+                gamma = v1.get_variable("gamma", [channels], initializer=v1.ones_initializer())
             else:
                 gamma = tf.ones([channels], tf.float32)
             beta = v1.get_variable("beta", [channels], initializer=v1.zeros_initializer())
@@ -210,7 +208,7 @@ class ResNet(object):
             x = self._relu(self._batch_norm(x, name="bn1"))
             x = self._conv(x, kernel_size, out_filter, 1, name="conv2")
             # Goyal et al. 2017: a zero last scale makes each unit start as its shortcut.
-            x = self._batch_norm(x, name="bn2", zero_gamma=self.zero_init_residual)
+            x = self._batch_norm(x, name="bn2")
             if in_filter != out_filter:
                 shortcut = self._pad_channels(self._avg_pool(shortcut, stride, stride), in_filter, out_filter)
             return self._relu(x + shortcut)
@@ -249,3 +247,7 @@ class ResNet(object):
             if in_filter != out_filter or stride != 1:
                 shortcut = self._conv(shortcut, 1, out_filter, stride, name="projection")
             return x + shortcut
+
+
+# The tutorial's name for the base class (``estimator.model_base.ResNet``).
+ResNet = Network

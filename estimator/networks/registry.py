@@ -64,7 +64,6 @@ def build(hp, is_training: bool, precision: str = None, whitening=None, serving:
         version=hp.resnet_version,
         precision=precision,
         width_multiplier=hp.width_multiplier,
-        zero_init_residual=hp.zero_init_residual,
         filter_gradients=filter_gradients,
     )
 

@@ -42,7 +42,7 @@ def check_width(multiplier: float) -> float:
     return multiplier
 
 
-class ResNetCifar10(layers.ResNet):
+class ResNetCifar10(layers.Network):
     """A CIFAR-10 ResNet of ``num_layers`` = 6n+2 layers with 10 logits."""
 
     def __init__(
@@ -55,7 +55,6 @@ class ResNetCifar10(layers.ResNet):
         version: str = "v1",
         precision: str = "fp32",
         width_multiplier: float = 1.0,
-        zero_init_residual: bool = False,
         filter_gradients=None,
     ):
         super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision, filter_gradients)
@@ -64,12 +63,6 @@ class ResNetCifar10(layers.ResNet):
         self.num_classes = fmt.NUM_CLASSES
         base = [16, 64, 128, 256] if version == ResNetVersion.BOTTLENECK_V2 else [16, 16, 32, 64]
         self.filters = [int(round(f * check_width(width_multiplier))) for f in base]
-        if zero_init_residual and version != ResNetVersion.V1:
-            raise ValueError(
-                "zero_init_residual zeroes the last batch norm of v1 units; %s units end with a convolution: "
-                "drop --zero-init-residual or use --resnet-version v1." % version
-            )
-        self.zero_init_residual = zero_init_residual
         self.strides = [1, 2, 2]
 
     def forward_pass(self, x, input_data_format="channels_last"):

@@ -12,7 +12,7 @@ maps: 90.5 against 124.3 ms), and other CPUs were not measured: so a convolution
 candidate where the matrix products can pay (bf16, stride 1, ``SAME``, channels last, at least
 ``MIN_IN_CHANNELS`` in, at most ``MAX_POSITIONS`` positions, or a map whose size is known only as
 the step runs), and each candidate's shape is timed both ways on its first use (about a second) and
-cached per CPU model like the precision probe (``probe_cache.cache_path``). Only training builds it:
+cached per CPU model like the precision probe (``machine.cache_path``). Only training builds it:
 evaluation and exports have no gradients. The matrix products accumulate in float32 and round once,
 so in bf16 they are also closer to the exact sum than TensorFlow's kernel (docs/speed.md).
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from estimator.ops import probe_cache
+from estimator.common import machine
 
 CACHE_FILE = "filter_gradient_probe.json"
 MIN_IN_CHANNELS = 128
@@ -118,28 +118,26 @@ def time_filter_gradients(x_shape, kernel_shape, dtype, runs: int = PROBE_RUNS, 
             sess.run(v1.global_variables_initializer())
             for round_ in range(warmup + runs):
                 for name, fetch in fetches.items():
-                    seconds = probe_cache.seconds_per_run(sess, fetch.op, 1, 0)
+                    seconds = machine.seconds_per_run(sess, fetch.op, 1, 0)
                     if round_ >= warmup:
                         best[name] = min(best[name], seconds)
     return {name: round(seconds * 1e3, 3) for name, seconds in best.items()}
 
 
 def cache_key(cpu: dict, x_shape, kernel_shape, dtype) -> str:
-    parts = (probe_cache.cpu_key(cpu), tf.__version__, tf.as_dtype(dtype).name, list(x_shape), list(kernel_shape))
+    parts = (machine.cpu_key(cpu), tf.__version__, tf.as_dtype(dtype).name, list(x_shape), list(kernel_shape))
     return "|".join(str(v) for v in parts)
 
 
 def choose(x_shape, kernel_shape, dtype, cpu=None, timer=time_filter_gradients, cache_file=None) -> str:
     """``MATMULS`` or ``NATIVE``: the faster filter gradient for this convolution on this CPU, timed on
-    first use and cached per CPU (``probe_cache.cpu_key``), TensorFlow version, type and shape."""
+    first use and cached per CPU (``machine.cpu_key``), TensorFlow version, type and shape."""
     import logging
 
-    cpu = cpu or probe_cache.cpu_info()
-    path = cache_file or probe_cache.cache_path(CACHE_FILE)
+    cpu = cpu or machine.cpu_info()
+    path = cache_file or machine.cache_path(CACHE_FILE)
     key = cache_key(cpu, x_shape, kernel_shape, dtype)
-    timing, measured = probe_cache.cached_probe(
-        path, key, (NATIVE, MATMULS), lambda: timer(x_shape, kernel_shape, dtype)
-    )
+    timing, measured = machine.cached_probe(path, key, (NATIVE, MATMULS), lambda: timer(x_shape, kernel_shape, dtype))
     if measured:
         logging.getLogger("tensorflow").info(
             "Filter gradient of a %s convolution on %s: %.1f ms native, %.1f ms as matrix products.",
@@ -189,7 +187,7 @@ class Measured(Recorded):
 
     def __init__(self, cache_dir: str = None, cpu=None, choose_fn=None):
         super().__init__()
-        cache_file = probe_cache.cache_path(CACHE_FILE, cache_dir)
+        cache_file = machine.cache_path(CACHE_FILE, cache_dir)
         self._choose = choose_fn or (lambda *shape: choose(*shape, cpu=cpu, cache_file=cache_file))
 
     def sides(self, x_shape, kernel_shape, dtype) -> list:

@@ -30,7 +30,7 @@ import threading
 import time
 
 from estimator.common import storage
-from estimator.training import config, hparams
+from estimator.training import config, hparams, settings
 
 LOCK_FILE = "job.lock"
 HEARTBEAT_SECS = 30.0
@@ -41,7 +41,7 @@ STALE_SECS = 300.0
 # What shapes the checkpoint: its variables and their shapes.
 NETWORK_FLAGS = ("network", "num_layers", "resnet_version", "width_multiplier", "group_depth")
 # Flags whose value may change on a restart, but whose being on or off changes the checkpoint's variables.
-SWITCH_FLAGS = ("ema_decay", "lookahead")
+SWITCH_FLAGS = ("lookahead",)
 
 
 class JobDirBusyError(RuntimeError):
@@ -211,13 +211,10 @@ def check_same_network(hp) -> None:
     if not storage.exists(path):
         return
     recorded = json.loads(storage.read_text(path)).get("hparams", {})
-    retired = hparams.retired_in(recorded)
-    if retired:
-        raise ForeignJobDirError(
-            "%s was trained with %s, retired in version 0.3.0: this version cannot restart it. Use another "
-            "--job-dir (or version 0.2.0 of the package to finish that job)."
-            % (hp.job_dir, " and ".join("%s %s (%s)" % r for r in retired))
-        )
+    try:
+        hparams.refuse_retired(hp.job_dir, recorded, "restart")
+    except ValueError as e:
+        raise ForeignJobDirError(str(e)) from None
     defaults = hparams.HParams(data_dir="", job_dir="")
     differences = []
     for name in NETWORK_FLAGS + SWITCH_FLAGS:
@@ -225,11 +222,11 @@ def check_same_network(hp) -> None:
         ours = getattr(hp, name)
         if name in SWITCH_FLAGS:
             if bool(theirs) != bool(ours):
-                # As the flag is written: --lookahead false, --ema-decay 0.0.
+                # As the flag is written: --lookahead false.
                 shown = [str(v).lower() if isinstance(v, bool) else v for v in (ours, theirs)]
-                differences.append((hparams.flag_name(name), *shown))
+                differences.append((settings.flag_name(name), *shown))
         elif theirs != ours:
-            differences.append((hparams.flag_name(name), ours, theirs))
+            differences.append((settings.flag_name(name), ours, theirs))
     if differences:
         raise ForeignJobDirError(
             "%s holds another network's checkpoints: %s. Use another --job-dir, or this job's own flags (%s)."

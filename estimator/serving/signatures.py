@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from estimator.data import records as fmt
 from estimator.networks import registry
-from estimator.training.model_fn import model_fn, restore_map
+from estimator.training.model_fn import model_fn
 
 v1 = tf.compat.v1
 
@@ -87,13 +87,13 @@ def build_serving_graph(hp):
 def check_checkpoint(checkpoint_path: str, variables, hp) -> None:
     """Raises CheckpointMismatchError if the checkpoint lacks a variable or has another shape."""
     stored = dict(tf.train.list_variables(checkpoint_path))
-    for name, var in restore_map(hp, variables).items():
-        shape = var.shape.as_list()
+    for var in variables:
+        name, shape = var.op.name, var.shape.as_list()
         if stored.get(name) != shape:
             found = "missing" if name not in stored else "shaped %s" % stored[name]
             raise CheckpointMismatchError(
                 "%s does not hold a %s: its variable %s is %s (want %s). It was trained with other --network, "
-                "--num-layers, --resnet-version, --group-depth, --width-multiplier or --ema-decay: pass the job's own "
+                "--num-layers, --resnet-version, --group-depth or --width-multiplier: pass the job's own "
                 "hparams (--job-dir of that job)." % (checkpoint_path, registry.describe(hp), name, found, shape)
             )
 
@@ -123,8 +123,7 @@ def export_saved_model(checkpoint_path: str, export_dir: str, hp) -> str:
             variables = v1.global_variables()
             check_checkpoint(checkpoint_path, variables, hp)
             with v1.Session() as sess:
-                # With --ema-decay the averaged weights (model_fn.restore_map).
-                v1.train.Saver(restore_map(hp, variables)).restore(sess, checkpoint_path)
+                v1.train.Saver(variables).restore(sess, checkpoint_path)
                 builder = v1.saved_model.Builder(temporary)
                 sigs = {
                     DEFAULT_SIGNATURE: v1.saved_model.predict_signature_def(

@@ -1,9 +1,11 @@
 """One training job's parts, from flags to the graph.
 
-* ``flags``: the trainer's flags (``--help``) and their validation; ``hparams``: ``HParams``, the one
-  hyperparameter object; ``config``: flags and environment to ``HParams``, and ``hparams.json``.
+* ``hparams``: ``HParams``, the one hyperparameter object, each setting declared once as a field with
+  its flag's help, group and range (``settings``: how one is declared); ``flags``: the parser, ``--help``
+  and the docs' flag table made from those declarations, and the rules between flags; ``config``: flags
+  and environment to ``HParams``, and ``hparams.json``.
 * ``schedules``: learning rates and image sizes; ``time_budget``: ``--time-budget``'s planner;
-  ``precision``: ``--precision auto`` and the evaluation's speed, timed.
+  ``speed_probes``: the network's training and evaluation speed, timed, and ``--precision auto``.
 * ``devices``: towers and variable placement; ``model_fn``: towers, gradients consolidated on the
   parameter device, the optimizer, TTA; ``eval_metrics``; ``hooks``: progress, examples/sec, reports.
 

@@ -27,11 +27,10 @@ import json
 import os
 
 from estimator.common import cluster as cluster_lib
-from estimator.common import storage
+from estimator.common import machine, storage, tensor_names
 from estimator.common.options import Network, Precision
 from estimator.data import records as fmt
 from estimator.data.pipeline import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
-from estimator.ops import probe_cache
 from estimator.training import devices, flags
 from estimator.training import hparams as hparams_lib
 
@@ -97,7 +96,7 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None, given=fro
         num_workers=cluster.num_workers,
         num_train_examples=num_train,
     )
-    cpu = probe_cache.cpu_info(environ=environ)
+    cpu = machine.cpu_info(environ=environ)
     # What a restart keeps from its first run (the member, the filter-gradient plan, the speeds measured):
     # read only where something of it is used.
     measures = args.num_gpus == 0 and (args.time_budget or args.precision != Precision.FP32)
@@ -129,24 +128,24 @@ def _places(args, environ, cluster) -> dict:
         "job_dir": job_dir,
         "tensorboard_dir": tensorboard_dir,
         "model_export_dir": model_export_dir,
-        "probe_cache": args.probe_cache or probe_cache.default_directory(environ),
+        "probe_cache": args.probe_cache or machine.default_directory(environ),
     }
 
 
 def _precision(hp: hparams_lib.HParams, cpu: dict) -> hparams_lib.HParams:
     """``hp`` with its precision checked against this CPU, and ``--precision auto`` chosen by measurement."""
-    if hp.precision == Precision.BF16 and hp.num_gpus == 0 and cpu["isa"] not in probe_cache.BF16_ISAS:
+    if hp.precision == Precision.BF16 and hp.num_gpus == 0 and cpu["isa"] not in machine.BF16_ISAS:
         raise ValueError(
             "--precision bf16: %s=%s holds oneDNN below bf16 on this CPU, where TensorFlow 2.15 aborts on the "
             "first bf16 matrix product: use --precision fp32 or auto, or unset %s."
-            % (probe_cache.ISA_VARIABLE, cpu["isa"], probe_cache.ISA_VARIABLE)
+            % (machine.ISA_VARIABLE, cpu["isa"], machine.ISA_VARIABLE)
         )
     if hp.precision != Precision.AUTO:
         return hp
-    from estimator.training import precision
+    from estimator.training import speed_probes
 
-    measure = precision.affordable(hp.time_budget)
-    chosen, probe = precision.choose(hp.replace(precision="fp32"), cpu=cpu, measure=measure)
+    measure = speed_probes.affordable(hp.time_budget)
+    chosen, probe = speed_probes.choose(hp.replace(precision="fp32"), cpu=cpu, measure=measure)
     return hp.replace(precision=chosen, precision_probe=probe)
 
 
@@ -158,7 +157,7 @@ def _measure_this_machine(hp: hparams_lib.HParams, earlier: dict, cpu: dict, spe
     times its own, and plans from them)."""
     if hp.num_gpus > 0 or hp.cluster.task_type == "ps":  # a parameter server builds no training graph
         return hp
-    from estimator.training import precision
+    from estimator.training import speed_probes
 
     if hp.precision == Precision.BF16:
         plan = earlier.get("filter_gradients")
@@ -166,12 +165,12 @@ def _measure_this_machine(hp: hparams_lib.HParams, earlier: dict, cpu: dict, spe
             plan = _measure_filter_gradients(hp, cpu)
         hp = hp.replace(filter_gradients=plan)
     if hp.time_budget:
-        here = probe_cache.cpu_key(cpu)
+        here = machine.cpu_key(cpu)
         kept = earlier.get("speed_probe") or {}
         if speed is None and kept.get("cpu") == here:
             speed = kept
         elif speed is None:
-            speed = precision.network_speed(hp, cpu=cpu, measure=precision.affordable(hp.time_budget))
+            speed = speed_probes.network_speed(hp, cpu=cpu, measure=speed_probes.affordable(hp.time_budget))
             speed = speed and dict(speed, how="timed")
         hp = hp.replace(speed_probe=speed and dict(speed, cpu=here))
     return hp
@@ -191,7 +190,7 @@ def _measure_filter_gradients(hp: hparams_lib.HParams, cpu: dict) -> dict:
     for side in sides:
         with tf.Graph().as_default():
             images = tf.compat.v1.placeholder(tf.float32, [hp.train_batch_size // len(hp.towers), side, side, 3])
-            with tf.compat.v1.variable_scope("resnet"):
+            with tf.compat.v1.variable_scope(tensor_names.NETWORK_SCOPE):
                 registry.build(hp, True, filter_gradients=plan).forward_pass(images)
     return plan.plan
 
@@ -231,18 +230,18 @@ def _measure_and_choose(args, values: dict, cpu: dict, given: set):
     leaves the choice open (``family.worth_timing``), and lets ``family.choose`` pick. All cached per CPU.
     Returns ``(member, record, precision probe, the chosen member's speeds)``."""
     from estimator.networks import family
-    from estimator.training import precision, schedules
+    from estimator.training import schedules, speed_probes
 
     def member_hp(m, precision_):
         shape = {name: getattr(m, name) for name in _MEMBER_SHAPE}
         return hparams_lib.HParams(**dict(values, network=Network.AIRBENCH, precision=precision_, **shape))
 
     reference = family.member(family.REFERENCE)
-    measure = precision.affordable(args.time_budget)
+    measure = speed_probes.affordable(args.time_budget)
     chosen, probe = Precision.FP32 if args.precision == Precision.AUTO else Precision(args.precision), {}
     if args.precision == Precision.AUTO:
-        chosen, probe = precision.choose(member_hp(reference, Precision.FP32), cpu=cpu, measure=measure)
-    reference_speed = precision.network_speed(member_hp(reference, chosen), cpu=cpu, measure=measure)
+        chosen, probe = speed_probes.choose(member_hp(reference, Precision.FP32), cpu=cpu, measure=measure)
+    reference_speed = speed_probes.network_speed(member_hp(reference, chosen), cpu=cpu, measure=measure)
     timed = {reference.name} if reference_speed else set()
     speeds = {reference.name: reference_speed or dict(family.ASSUMED_REFERENCE_SPEED)}
     step_cost = 1.0
@@ -264,7 +263,7 @@ def _measure_and_choose(args, values: dict, cpu: dict, given: set):
             probe_hp = member_hp(family.member(name), chosen).replace(
                 train_batch_size=batch, eval_batch_size=min(batch, values["eval_batch_size"])
             )
-            speeds[name] = precision.network_speed(probe_hp, cpu=cpu)
+            speeds[name] = speed_probes.network_speed(probe_hp, cpu=cpu)
             rates[name] = (speeds[name]["train"], "timed")
             timed.add(name)
     member, record = family.choose(args.time_budget, rates, values["num_train_examples"], step_cost=step_cost)
@@ -346,10 +345,13 @@ def load(job_dir: str) -> hparams_lib.HParams:
 
     Raises:
       FileNotFoundError: the job dir has no hparams.json.
+      ValueError: it was trained with an option this version retired.
     """
     path = storage.join(job_dir, HPARAMS_FILE)
     if not storage.exists(path):
         raise FileNotFoundError(
             "%s not found: --job-dir must be a directory that python -m estimator.cifar10_main trained into." % path
         )
-    return hparams_lib.HParams.from_dict(json.loads(storage.read_text(path))["hparams"])
+    recorded = json.loads(storage.read_text(path))["hparams"]
+    hparams_lib.refuse_retired(job_dir, recorded, "export or serve")
+    return hparams_lib.HParams.from_dict(recorded)

@@ -1,4 +1,5 @@
-"""The one hyperparameter object: ``HParams``, built from the trainer's flags (``estimator.training.flags``).
+"""The one hyperparameter object: ``HParams``, each setting declared once, as a field with its flag's help,
+group and range (``estimator.training.settings``), from which ``estimator.training.flags`` builds the parser.
 
 ``HParams`` is the frozen result of the flags, which ``model_fn`` receives as ``params``
 and reads nothing else. ``estimator.training.config`` turns a command line and the
@@ -9,10 +10,14 @@ derived numbers live with their owners (``devices``, ``schedules``).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import typing
+from dataclasses import MISSING, dataclass, field
 
+from estimator.common import durations
 from estimator.common.cluster import Cluster
 from estimator.common.options import (
+    GROUP_DEPTHS,
+    Choice,
     DataFormat,
     EvalPolicy,
     HealthAction,
@@ -24,175 +29,405 @@ from estimator.common.options import (
     VariableStrategy,
 )
 from estimator.data import records as fmt
-from estimator.training import devices, schedules
-
-EVAL_POLICIES = EvalPolicy.values()
-AUTO = Precision.AUTO  # --precision auto: chosen by estimator.training.precision
-HEALTH_ACTIONS = HealthAction.values()
-
-
-NONNEGATIVE = "nonnegative"  # a threshold's lower bound: 0 allowed
-
-
-def _threshold(default, low=None, high=None, help=None):
-    """A health-rule threshold: its default, range and help, declared once.
-
-    ``low``/``high`` are exclusive bounds (None: unbounded; ``NONNEGATIVE``: 0
-    or more); the parser and ``validate`` both read them from the field's metadata.
-    """
-    return field(default=default, metadata={"health_threshold": True, "range": (low, high), "help": help})
+from estimator.training import devices, recipes, schedules, settings
+from estimator.training.settings import FRACTION, NONNEGATIVE, POSITIVE, Range, flag_name, setting
 
 
 @dataclass(frozen=True)
 class HParams:
-    """Resolved hyperparameters of one run; saved as JOB_DIR/hparams.json."""
+    """Resolved hyperparameters of one run; saved as JOB_DIR/hparams.json.
 
-    data_dir: str
-    job_dir: str
-    # --recipe: the recipe whose flags the command line starts from (a name, or a file), or None.
-    recipe: str = None
-    # --probe-cache: where the speed probes keep their measurements (local or gs://); resolved by
-    # estimator.training.config to $CIFAR10_CACHE_DIR, else ~/.cache/cifar10-resnet-estimator.
-    probe_cache: str = None
-    variable_strategy: VariableStrategy = VariableStrategy.CPU
-    num_gpus: int = 1
-    num_cpu_towers: int = 0
-    num_layers: int = 44
-    resnet_version: ResNetVersion = ResNetVersion.V1
-    # resnet: ResNetCifar10 (num_layers, resnet_version); airbench: airbench94's network
-    # (estimator.networks.airbench), which ignores both.
-    network: Network = Network.RESNET
+    Each setting is one field, declared with its flag's group, help and range (``settings.setting``), in
+    the order ``--help`` lists them; the fields after the flags are resolved from the environment or
+    measured by ``estimator.training.config``.
+    """
+
+    # -- job, data and logs -----------------------------------------------------------------------
+    data_dir: str = setting(
+        MISSING,
+        "job",
+        "Directory (or gs:// path) with the TFRecords of generate_cifar10_tfrecords.py. Required.",
+        required=True,
+        flag_default=None,
+    )
+    job_dir: str = setting(
+        MISSING,
+        "job",
+        "Directory (or gs:// path) for checkpoints, summaries, exports and results. Required, except on Vertex "
+        "AI, where the default is $AIP_CHECKPOINT_DIR, else $AIP_MODEL_DIR.",
+        flag_default=None,
+    )
+    recipe: str = setting(
+        None,
+        "job",
+        "A recipe's flags at this place: %s (shipped with the package), or a flag file; later flags override "
+        "them. Recorded in hparams.json." % ", ".join(recipes.names()),
+        metavar="NAME",
+        default_text="none",
+    )
+    probe_cache: str = setting(
+        None,
+        "job",
+        "Where the speed probes keep what they measured (a local or gs:// directory): jobs and a study's "
+        "trials that name one share the first one's measurements, as in the cloud every job starts anew.",
+        default_text="$CIFAR10_CACHE_DIR, else ~/.cache/cifar10-resnet-estimator",
+    )
+    train_subsets: tuple = setting(
+        (fmt.TRAIN,),
+        "job",
+        "What training reads. 'train validation' trains a final model on 50,000 images (He et al.): then there "
+        "is no validation evaluation, tuning report or best-by-validation export.",
+        item=str,
+        choices=(fmt.TRAIN, fmt.VALIDATION),
+        metavar="SUBSET",
+    )
+    seed: int = setting(
+        None, "job", "Fixes initialisation, shuffling and distortion.", default_text="a new draw each run"
+    )
+    deterministic: bool = setting(False, "job", "Deterministic ops (with --seed: identical runs on the CPU).")
+    log_every_n_steps: int = setting(
+        100, "job", "Log loss, learning rate, accuracy and examples/sec every N steps.", range=POSITIVE
+    )
+    verbose: bool = setting(
+        False,
+        "job",
+        "Show TensorFlow's deprecation notices and the Estimator's bookkeeping lines, not only one progress "
+        "line per --log-every-n-steps.",
+    )
+    histograms: bool = setting(True, "job", "Weight and gradient histograms of each layer in TensorBoard.")
+    save_summary_steps: int = setting(
+        None,
+        "job",
+        "Write TensorBoard's training scalars, histograms and pictures every N steps.",
+        range=POSITIVE,
+        default_text="100, or --log-every-n-steps if fewer",
+    )
+
+    # -- network ----------------------------------------------------------------------------------
+    network: Network = setting(
+        Network.RESNET,
+        "network",
+        "resnet: the 6n+2-layer ResNets of He et al. (--num-layers, --resnet-version); airbench: Keller Jordan's "
+        "airbench94, which learns more per epoch of a short run; auto (with --time-budget): the member of "
+        "airbench's family (widths 0.25 to 1, depth 2 or 3) expected to be most accurate in the epochs this "
+        "machine affords in the budget (--group-depth or --width-multiplier given by hand narrow the choice).",
+    )
+    num_layers: int = setting(44, "network", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...")
+    resnet_version: ResNetVersion = setting(
+        ResNetVersion.V1, "network", "Residual unit: v1 (post-activation), v2 (pre-activation), bottleneck_v2 (9n+2)."
+    )
+    group_depth: int = setting(
+        2,
+        "network",
+        "--network airbench: 3x3 convolutions per group, 2 (airbench94's) or 3 (airbench96's: a residual "
+        "connection around the last two; about 1.36x the FLOPs per image).",
+        choices=GROUP_DEPTHS,
+    )
+    width_multiplier: float = setting(
+        1.0,
+        "network",
+        "Filters of every layer times this (16, 32, 64 at 1; airbench: 64, 256, 256): wider layers may use the "
+        "CPU's matrix units better per FLOP.",
+        # The ResNets' option-A shortcut pads half the new channels on each side: 16 x it even.
+        range=Range(0, low_open=True, step=1 / 8, example="0.5, 1, 1.5, 2"),
+    )
+    batch_norm_decay: float = setting(
+        0.997,
+        "network",
+        "Decay of the batch-norm moving averages (0.9 for runs of a few hundred steps).",
+        range=Range(0, 1, low_open=True, high_open=True, example="0.997"),
+    )
+    batch_norm_epsilon: float = setting(
+        1e-5, "network", "Added to the batch variance before its square root.", range=POSITIVE
+    )
+
+    # -- optimisation and schedule ----------------------------------------------------------------
+    train_steps: int = setting(
+        80000,
+        "optimisation",
+        "Global steps to train to (a restarted job resumes towards it).",
+        range=POSITIVE,
+        # None on the command line: --train-epochs and --time-budget refuse it only when given.
+        flag_default=None,
+    )
+    train_epochs: float = setting(
+        None,
+        "optimisation",
+        "Train for this many passes over the training set instead of --train-steps (rounded up to whole global steps).",
+        range=POSITIVE,
+        default_text="off",
+    )
+    train_batch_size: int = setting(
+        128, "optimisation", "Images per step on each worker, split over its towers.", range=POSITIVE
+    )
+    learning_rate: float = setting(
+        0.1,
+        "optimisation",
+        "Peak rate (per %d images with --lr-scaling linear)." % schedules.REFERENCE_BATCH,
+        range=POSITIVE,
+    )
+    lr_schedule: LrSchedule = setting(
+        LrSchedule.PIECEWISE,
+        "optimisation",
+        "piecewise: x0.1, x0.01, x0.002 after epochs 82, 123, 300 (the original); cosine: half a cosine to 0 "
+        "at the last step; onecycle: linear up, then linear to 0.",
+    )
+    lr_decay_steps: tuple = setting(
+        None,
+        "optimisation",
+        "piecewise only: divide the rate by 10 after each of these global steps (He et al. 2016: 32000 48000).",
+        item=int,
+        metavar="STEP",
+        default_text="after epochs 82, 123, 300",
+    )
+    warmup_epochs: float = setting(
+        None,
+        "optimisation",
+        "Linear warm-up to the peak rate over these epochs.",
+        range=NONNEGATIVE,
+        default_text="0; onecycle: the first 20% of training",
+    )
+    lr_scaling: LrScaling = setting(
+        LrScaling.NONE,
+        "optimisation",
+        "linear: multiply --learning-rate by global batch / %d (Goyal et al. 2017)." % schedules.REFERENCE_BATCH,
+    )
+    momentum: float = setting(0.9, "optimisation", "Momentum of SGD.", range=Range(0, 1, high_open=True))
+    nesterov: bool = setting(False, "optimisation", "Nesterov momentum.")
+    weight_decay: float = setting(
+        2e-4, "optimisation", "L2 penalty on every weight, added to the loss.", range=NONNEGATIVE
+    )
+    label_smoothing: float = setting(
+        0.0,
+        "optimisation",
+        "Training targets (1 - e) one-hot + e/10 (Szegedy et al. 2016); evaluation reports the plain cross-entropy.",
+        range=Range(0, 1, high_open=True, example="0.1"),
+    )
+    lookahead: bool = setting(
+        False,
+        "optimisation",
+        "airbench's Lookahead (Zhang et al. 2019): every 5 steps the weights and a slow copy of them (in the "
+        "checkpoint) move to slow + (1 - a) (weights - slow), a = 0.95^5 x (fraction of training done)^3: no "
+        "pull early on, an average of the last steps by the end (model_fn.apply_lookahead).",
+    )
+
+    # -- time budget and precision ----------------------------------------------------------------
+    time_budget: float = setting(
+        None,
+        "budget",
+        "Train for what fits in this much time (90s, 5m, 1h30m or seconds): the whole command, final "
+        "evaluations and exports included, ends within it. Plans the steps from measured speed and re-plans as "
+        "it drifts; the schedule (cosine or onecycle) reaches 0 at the end of the budget. Instead of "
+        "--train-steps.",
+        parse=durations.flag,
+        metavar="DURATION",
+        default_text="off",
+    )
+    precision: Precision = setting(
+        Precision.FP32,
+        "budget",
+        "Compute dtype of the network: fp32; bf16 (CPUs with AVX512-BF16/AMX, recent GPUs); fp16 with dynamic "
+        "loss scaling (GPUs); auto: the faster of fp32 and bf16 on this CPU, by a timed probe of the network "
+        "(cached; never bf16 without native support). Variables and checkpoints stay float32.",
+    )
+
+    # -- augmentation -----------------------------------------------------------------------------
+    use_distortion_for_training: bool = setting(True, "augmentation", "Pad, randomly crop and flip training images.")
+    crop_padding: int = setting(
+        fmt.CROP_PADDING,
+        "augmentation",
+        "Pad training images by this many zero pixels on each side before the random 32x32 crop: shifts of up "
+        "to that many pixels (4: He et al. 2016; 0: flips only).",
+        range=Range(0, fmt.MAX_CROP_PADDING, unit="pixels", example="4 (He et al. 2016) or 2"),
+    )
+    cutout: int = setting(
+        0,
+        "augmentation",
+        "After the crop, grey out a square of this many pixels a side of each training image, centred on a "
+        "random pixel (DeVries & Taylor 2017); 0: none.",
+        range=Range(0, fmt.HEIGHT, unit="pixels", what="a square side", example="8"),
+    )
+    progressive_resize: int = setting(
+        0,
+        "augmentation",
+        "Train on images scaled down to this many pixels a side (%d to %d) at first, growing in steps of %d "
+        "pixels to 32 by --progressive-resize-until of training (schedules.ImageSizes); evaluation sees 32. "
+        "Smaller steps are faster (a step's time follows its pixels), so a time budget buys more of them. 0: off."
+        % (schedules.MIN_RESIZE, fmt.HEIGHT - 1, schedules.RESIZE_STEP),
+    )
+    progressive_resize_until: float = setting(
+        schedules.RESIZE_UNTIL,
+        "augmentation",
+        "With --progressive-resize: the fraction of training (of the time budget's plan, or of the steps) "
+        "from which images are full size.",
+        range=Range(0, 1, low_open=True, what="a fraction of training", example="%g" % schedules.RESIZE_UNTIL),
+    )
+
+    # -- evaluation, checkpoints and export -------------------------------------------------------
+    eval_policy: EvalPolicy = setting(
+        EvalPolicy.PERIODIC,
+        "evaluation",
+        "periodic: evaluate the validation split after each checkpoint (the original); final: train without "
+        "stopping, then evaluate once (short runs).",
+    )
+    eval_batch_size: int = setting(
+        100, "evaluation", "Images per evaluation step, split over the towers.", range=POSITIVE
+    )
+    # Flip TTA costs a second forward pass: hparams.json says which evaluations paid it.
+    eval_flip_tta: bool = setting(
+        False,
+        "evaluation",
+        "Also report the final test accuracy with flip test-time augmentation (mean of the image's and its "
+        "mirror's probabilities), as accuracy_flip_tta.",
+    )
+    eval_tta: bool = setting(
+        False,
+        "evaluation",
+        "Also report the final test accuracy with flips and 1-pixel translations (6 views, airbench's "
+        "weights), as accuracy_tta.",
+    )
+    validation_flip_tta: bool = setting(
+        False,
+        "evaluation",
+        "Flip TTA in the validation evaluations during training too (a second forward pass each; "
+        "--eval-flip-tta alone keeps it to the final test evaluation).",
+    )
+    save_checkpoints_secs: int = setting(
+        600, "evaluation", "Checkpoint (and with --eval-policy periodic, evaluate) every this many seconds."
+    )
+    save_checkpoints_steps: int = setting(
+        None,
+        "evaluation",
+        "Checkpoint every N steps instead of every --save-checkpoints-secs.",
+        range=POSITIVE,
+        default_text="off",
+    )
+    keep_checkpoint_max: int = setting(5, "evaluation", "Checkpoints kept; older ones are deleted.", range=POSITIVE)
+    eval_throttle_secs: int = setting(60, "evaluation", "Do not evaluate more often than this.")
+    export: bool = setting(
+        True,
+        "evaluation",
+        "Export SavedModels: the best by validation accuracy after each evaluation "
+        "(JOB_DIR/export/best/<timestamp>) and the last checkpoint (JOB_DIR/export/final/<timestamp>).",
+    )
+
+    # -- health rules (estimator.health.rules: the sources of the defaults there) ------------------
+    health_checks: HealthAction = setting(
+        HealthAction.WARN,
+        "health",
+        "What the rules do when they fire: off (not computed), warn, or stop training (exit status 4).",
+    )
+    health_every_n_steps: int = setting(
+        100, "health", "Steps between two checks of the rules in the graph.", range=POSITIVE
+    )
+    health_init_loss_tolerance: float = setting(
+        0.25, "health", "Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019).", range=POSITIVE
+    )
+    health_vanishing_gradient: float = setting(
+        1e-7,
+        "health",
+        "A layer whose mean |gradient| of the data loss is below this has vanishing gradients.",
+        range=NONNEGATIVE,
+    )
+    health_exploding_factor: float = setting(
+        10.0,
+        "health",
+        "The global gradient norm above this multiple of its running median is exploding.",
+        range=POSITIVE,
+    )
+    health_update_ratio_min: float = setting(
+        1e-8,
+        "health",
+        "Lowest healthy learning rate x |gradient| / |weights| of a layer (CS231n: ~1e-3).",
+        range=POSITIVE,
+    )
+    health_update_ratio_max: float = setting(
+        10.0, "health", "Highest healthy learning rate x |gradient| / |weights| of a layer.", range=POSITIVE
+    )
+    health_dead_relu_fraction: float = setting(
+        0.5, "health", "More than this fraction of a layer's channels never active is a dead layer.", range=FRACTION
+    )
+    health_dead_relu_window: int = setting(
+        5, "health", "Checks (batches) over which a channel must never be active to count as dead.", range=POSITIVE
+    )
+    health_input_mean_max: float = setting(
+        0.5, "health", "Largest |mean| of the input after the network's scaling x / 128 - 1.", range=POSITIVE
+    )
+    health_input_std_min: float = setting(
+        0.1, "health", "Smallest standard deviation of the input after the network's scaling.", range=NONNEGATIVE
+    )
+    health_input_std_max: float = setting(
+        1.0, "health", "Largest standard deviation of the input after the network's scaling.", range=POSITIVE
+    )
+    health_loss_window: int = setting(
+        200, "health", "Steps averaged to smooth the training loss for the not-decreasing rule.", range=POSITIVE
+    )
+    health_loss_min_decrease: float = setting(
+        0.01,
+        "health",
+        "Relative decrease of the smoothed loss (last window against the first) below which the loss is not "
+        "decreasing.",
+        range=Range(0, 1, high_open=True),
+    )
+    health_overtraining_evals: int = setting(
+        3, "health", "Evaluations in a row with rising validation loss and falling training loss.", range=POSITIVE
+    )
+    health_class_ratio: float = setting(
+        0.25, "health", "A class whose validation accuracy is below this fraction of the others' mean.", range=FRACTION
+    )
+
+    # -- cluster and devices ----------------------------------------------------------------------
+    num_gpus: int = setting(1, "cluster", "GPUs to use, one tower each; 0 trains on the CPU.", range=NONNEGATIVE)
+    num_cpu_towers: int = setting(
+        0,
+        "cluster",
+        "With --num-gpus 0: run N towers on N CPU devices (tests the multi-GPU logic on machines without GPUs; "
+        "no speed-up).",
+        range=NONNEGATIVE,
+    )
+    variable_strategy: VariableStrategy = setting(
+        VariableStrategy.CPU,
+        "cluster",
+        "Where variables live: CPU (a parameter-server layout) or spread over the GPUs.",
+    )
+    data_format: DataFormat = setting(
+        DataFormat.CHANNELS_LAST,
+        "cluster",
+        "Layout inside the model.",
+        flag_default=None,
+        default_text="channels_first on GPUs, channels_last on CPUs",
+    )
+    num_intra_threads: int = setting(
+        0, "cluster", "Threads inside one op; 0 lets TensorFlow choose.", range=NONNEGATIVE
+    )
+    num_inter_threads: int = setting(0, "cluster", "Ops run in parallel; 0 lets TensorFlow choose.", range=NONNEGATIVE)
+    sync: bool = setting(
+        False, "cluster", "Synchronous distributed training (one update from all workers; a TF_CONFIG cluster only)."
+    )
+    ps_wait_secs: int = setting(
+        300, "cluster", "In a cluster, how long to wait for the parameter servers to answer before failing."
+    )
+    log_device_placement: bool = setting(False, "cluster", "Log the device of every op (long).")
+
+    # -- resolved from the environment or measured by estimator.training.config, never flags --------
     # --network auto: the member of airbench's family chosen for the budget, and why (family.choose's
     # record: the candidates, their estimated speed and epochs, the accuracy the table expects). A
     # restarted job keeps it. None: the network was named.
     network_choice: dict = None
-    # The airbench network's 3x3 convolutions per group: 2 (airbench94's) or 3 (airbench96's, a residual
-    # around the last two; about 1.36x the FLOPs per image).
-    group_depth: int = 2
-    train_steps: int = 80000
-    train_epochs: float = None
-    # Seconds the whole command may take (estimator.training.time_budget plans the steps); None: off.
-    time_budget: float = None
-    train_batch_size: int = 128
-    eval_batch_size: int = 100
-    momentum: float = 0.9
-    weight_decay: float = 2e-4
-    learning_rate: float = 0.1
-    lr_schedule: LrSchedule = LrSchedule.PIECEWISE
-    lr_decay_steps: tuple = None
-    warmup_epochs: float = None
-    lr_scaling: LrScaling = LrScaling.NONE
-    nesterov: bool = False
-    label_smoothing: float = 0.0
-    precision: Precision = Precision.FP32
     # --precision auto: images/s of each precision the probe timed ({} where the CPU ruled bf16 out).
     precision_probe: dict = None
     # bf16 training on the CPU: for each kernel shape of a convolution that may pay (ops/filter_gradient.py),
     # the square map sides on which its filter gradient is computed as matrix products, as measured on the
-    # first run's CPU ({}: none pays). Resolved once by estimator.training.config and kept by restarts, so
-    # that the graph depends on hparams.json alone. None: not bf16 on the CPU.
+    # first run's CPU ({}: none pays). Kept by restarts, so that the graph depends on hparams.json alone.
+    # None: not bf16 on the CPU.
     filter_gradients: dict = None
     # --time-budget on the CPU: this network's training and evaluation images/s in its precision, and how
     # they were had ("timed", or estimated from the family's reference member): what the budget is planned
     # from. Measured again by a restart on its own CPU.
     speed_probe: dict = None
-    # Filters of every layer times this (16, 32, 64 for 1): wider layers may use the CPU's
-    # matrix units better per FLOP.
-    width_multiplier: float = 1.0
-    # Goyal et al. 2017: the last batch norm of each residual unit starts at gamma 0.
-    zero_init_residual: bool = False
-    # Weights averaged over training, used to evaluate and export (0: off).
-    ema_decay: float = 0.0
-    # airbench's Lookahead: every 5 steps the weights are pulled towards a slow copy of themselves,
-    # harder as training goes on (model_fn.apply_lookahead).
-    lookahead: bool = False
-    # What training reads: the training split, or (a final model) training and validation splits.
-    train_subsets: tuple = ("train",)
-    eval_policy: EvalPolicy = EvalPolicy.PERIODIC
-    # Flip TTA costs a second forward pass: the final test evaluation pays it with
-    # --eval-flip-tta; the validation evaluations during training only with
-    # --validation-flip-tta (so hparams.json says which evaluations had it).
-    eval_flip_tta: bool = False
-    validation_flip_tta: bool = False
-    # The final test evaluation also with flips and 1-pixel translations (accuracy_tta).
-    eval_tta: bool = False
-    export: bool = True
-    use_distortion_for_training: bool = True
-    # Side in pixels of the square greyed out of each training image after its crop (DeVries &
-    # Taylor 2017); 0: none.
-    cutout: int = 0
-    # Pixels of zero padding around each training image before its random 32x32 crop: shifts of up
-    # to that many pixels (4: He et al. 2016).
-    crop_padding: int = 4
-    # Progressive resizing (schedules.ImageSizes): training images scaled down to this many pixels a
-    # side at first, growing to 32 by the fraction progressive_resize_until of training; 0: off.
-    progressive_resize: int = 0
-    progressive_resize_until: float = schedules.RESIZE_UNTIL
-    sync: bool = False
-    num_intra_threads: int = 0
-    num_inter_threads: int = 0
-    data_format: DataFormat = DataFormat.CHANNELS_LAST
-    log_device_placement: bool = False
-    batch_norm_decay: float = 0.997
-    batch_norm_epsilon: float = 1e-5
-    seed: int = None
-    deterministic: bool = False
-    save_checkpoints_steps: int = None
-    save_checkpoints_secs: int = 600
-    eval_throttle_secs: int = 60
-    keep_checkpoint_max: int = 5
-    log_every_n_steps: int = 100
-    ps_wait_secs: int = 300
-    verbose: bool = False
-    histograms: bool = True
-    # Health rules (estimator.health.rules: sources of the defaults there).
-    health_checks: HealthAction = HealthAction.WARN
-    health_every_n_steps: int = _threshold(100, 0)
-    health_init_loss_tolerance: float = _threshold(
-        0.25, 0, help="Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019)."
-    )
-    health_vanishing_gradient: float = _threshold(
-        1e-7, NONNEGATIVE, help="A layer whose mean |gradient| of the data loss is below this has vanishing gradients."
-    )
-    health_exploding_factor: float = _threshold(
-        10.0, 0, help="The global gradient norm above this multiple of its running median is exploding."
-    )
-    health_update_ratio_min: float = _threshold(
-        1e-8, 0, help="Lowest healthy learning rate x |gradient| / |weights| of a layer (CS231n: ~1e-3)."
-    )
-    health_update_ratio_max: float = _threshold(10.0, 0)
-    health_dead_relu_fraction: float = _threshold(
-        0.5, 0, 1, help="More than this fraction of a layer's channels never active is a dead layer."
-    )
-    health_dead_relu_window: int = _threshold(
-        5, 0, help="Checks (batches) over which a channel must never be active to count as dead."
-    )
-    health_input_mean_max: float = _threshold(
-        0.5, 0, help="Largest |mean| of the input after the network's scaling x / 128 - 1."
-    )
-    health_input_std_min: float = _threshold(0.1, NONNEGATIVE)
-    health_input_std_max: float = _threshold(1.0, 0)
-    health_loss_window: int = _threshold(
-        200, 0, help="Steps averaged to smooth the training loss for the not-decreasing rule."
-    )
-    health_loss_min_decrease: float = _threshold(
-        0.01,
-        NONNEGATIVE,
-        1,
-        help="Relative decrease of the smoothed loss (last window against the first) below "
-        "which the loss is not decreasing.",
-    )
-    health_overtraining_evals: int = _threshold(
-        3, 0, help="Evaluations in a row with rising validation loss and falling training loss."
-    )
-    health_class_ratio: float = _threshold(
-        0.25, 0, 1, help="A class whose validation accuracy is below this fraction of the others' mean."
-    )
-    # Resolved from the environment by estimator.training.config, not flags: where this
-    # process stands in the job (TF_CONFIG; its trial), how many processes
-    # train, how many training images the data's manifest lists, Vertex
-    # AI's TensorBoard directory, which gets a copy of the summaries, and its
-    # model directory (AIP_MODEL_DIR), which gets a copy of the final export.
+    # Where this process stands in the job (TF_CONFIG; its trial), how many processes train, how many
+    # training images the data's manifest lists, Vertex AI's TensorBoard directory (a copy of the
+    # summaries) and model directory (AIP_MODEL_DIR: a copy of the final export).
     cluster: Cluster = field(default_factory=Cluster)
     num_workers: int = 1
     num_train_examples: int = 0
@@ -269,52 +504,74 @@ class HParams:
         return fmt.VALIDATION not in self.train_subsets
 
 
-# The HParams fields that hold a choice, and its type.
-_CHOICES = {
-    "variable_strategy": VariableStrategy,
-    "resnet_version": ResNetVersion,
-    "network": Network,
-    "lr_schedule": LrSchedule,
-    "lr_scaling": LrScaling,
-    "precision": Precision,
-    "eval_policy": EvalPolicy,
-    "data_format": DataFormat,
-    "health_checks": HealthAction,
-}
+# The HParams fields that hold a choice, and its type (an enum of estimator.common.options).
+_CHOICES = {f.name: kind for f, _, kind in settings.declared(HParams) if issubclass(kind, Choice)}
 
 
 def health_thresholds():
     """The ``HParams`` fields that are health-rule thresholds, in declaration order."""
-    return [f for f in dataclasses.fields(HParams) if f.metadata.get("health_threshold")]
+    return [f for f in dataclasses.fields(HParams) if f.name.startswith("health_") and f.name != "health_checks"]
 
 
-def flag_name(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
+class Retired(typing.NamedTuple):
+    """An option taken out of the code: whether a recorded value left it off, why it went, and when."""
+
+    off: typing.Callable
+    why: str
+    version: str
 
 
-# Options retired in 0.3.0: experiments that did not pay (docs/experiments.md), taken out of the code.
-# Each: its HParams name -> (whether a recorded value left it off, why it went). A job dir whose
-# hparams.json records one switched on is refused on restart (resilience.jobdir).
+# Experiments that did not pay (docs/experiments.md), taken out of the code. A flag of one is refused
+# with one line; a job dir whose hparams.json records one switched on is refused on restart
+# (resilience.jobdir) and by export and predict (config.load).
 RETIRED = {
-    "ensemble": (lambda v, rec: v in (None, 1), "two networks of half the epochs each tied one network at 30 minutes"),
-    "bias_lr_scale": (lambda v, rec: v in (None, 1), "airbench's 64x rate of the shifts: +0.06 at 30 minutes, noise"),
-    "whiten_eps": (lambda v, rec: v in (None, 5e-4), "ten times airbench's whitening floor cost 0.45 at 30 minutes"),
-    "flip": (lambda v, rec: v in (None, "random"), "alternating flips did not beat random ones at 5 or 30 minutes"),
-    "activation": (
+    "ensemble": Retired(
+        lambda v, rec: v in (None, 1), "two networks of half the epochs each tied one network at 30 minutes", "0.3.0"
+    ),
+    "bias_lr_scale": Retired(
+        lambda v, rec: v in (None, 1), "airbench's 64x rate of the shifts: +0.06 at 30 minutes, noise", "0.3.0"
+    ),
+    "whiten_eps": Retired(
+        lambda v, rec: v in (None, 5e-4), "ten times airbench's whitening floor cost 0.45 at 30 minutes", "0.3.0"
+    ),
+    "flip": Retired(
+        lambda v, rec: v in (None, "random"), "alternating flips did not beat random ones at 5 or 30 minutes", "0.3.0"
+    ),
+    "activation": Retired(
         lambda v, rec: v in (None, "gelu" if rec.get("network") == Network.AIRBENCH else "relu"),
         "ReLU for the airbench network's GELU cost 0.26 at 30 minutes, and GELU is fused now",
+        "0.3.0",
+    ),
+    "ema_decay": Retired(
+        lambda v, rec: not v,
+        "an average of the weights cost 0.30 points at 5 minutes (ResNet-14) and 0.73 at 30 (ResNet-14 x2)",
+        "0.4.0",
+    ),
+    "zero_init_residual": Retired(
+        lambda v, rec: not v, "zero-initialised residual units cost 3.09 points at 5 minutes (ResNet-14)", "0.4.0"
     ),
 }
 
 
 def retired_in(recorded: dict) -> list:
-    """``[(flag, value, why)]``: the retired options that ``recorded`` (hparams.json's hyperparameters)
-    had switched on, which this version cannot train."""
+    """``[(flag, value, why, version)]``: the retired options that ``recorded`` (hparams.json's
+    hyperparameters) had switched on, which this version cannot train, export or serve."""
     return [
-        (flag_name(name), recorded[name], why)
-        for name, (off, why) in RETIRED.items()
-        if name in recorded and not off(recorded[name], recorded)
+        (flag_name(name), recorded[name], retired.why, retired.version)
+        for name, retired in RETIRED.items()
+        if name in recorded and not retired.off(recorded[name], recorded)
     ]
+
+
+def refuse_retired(job_dir: str, recorded: dict, doing: str) -> None:
+    """Raises ValueError, one line, when ``recorded`` had a retired option on."""
+    retired = retired_in(recorded)
+    if retired:
+        raise ValueError(
+            "%s was trained with %s: this version cannot %s it. Use another --job-dir, or the version before "
+            "the retirement to finish that job."
+            % (job_dir, " and ".join("%s %s (retired in %s: %s)" % r for r in retired), doing)
+        )
 
 
 def check_schedule(hp: HParams) -> None:

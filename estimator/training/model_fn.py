@@ -21,6 +21,7 @@ import itertools
 
 import tensorflow as tf
 
+from estimator.common import tensor_names
 from estimator.common.options import HealthAction, Network, Precision
 from estimator.common.tensor_names import CROSS_ENTROPY, IMAGE_SIZE, LEARNING_RATE, TOTAL_LOSS, TRAIN_ACCURACY
 from estimator.data import records as fmt
@@ -165,7 +166,7 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, 
     for i, device in enumerate(tower_list):
         with (
             tf.name_scope("tower_%d" % i) as scope,
-            v1.variable_scope("resnet", reuse=reuse or bool(i)),
+            v1.variable_scope(tensor_names.NETWORK_SCOPE, reuse=reuse or bool(i)),
             v1.device(devices.device_setter(device, params_device)),
         ):
             model = registry.build(hp, is_training, whitening=whitening, serving=mode == tf.estimator.ModeKeys.PREDICT)
@@ -274,7 +275,7 @@ def _training_spec(hp, features, labels, mode, config):
 
 def _optimizer_step(hp, optimizer, gradvars, update_ops, global_step, done_at, config):
     """``(train_op, hooks)``: the averaged gradients applied (through SyncReplicasOptimizer for
-    ``--sync``), the towers' batch-norm updates, then the weight averages (Lookahead, EMA)."""
+    ``--sync``), the towers' batch-norm updates, then Lookahead's pull."""
     training_hooks = []
     if hp.sync:
         optimizer = v1.train.SyncReplicasOptimizer(
@@ -287,8 +288,6 @@ def _optimizer_step(hp, optimizer, gradvars, update_ops, global_step, done_at, c
     train_op = tf.group(minimize, *update_ops)
     if hp.lookahead:
         train_op = apply_lookahead(train_op, averaged_variables(), global_step, done_at)
-    if hp.ema_decay:
-        train_op = _apply_weight_averages(hp, train_op, global_step)
     return train_op, training_hooks
 
 
@@ -385,32 +384,6 @@ def averaged_variables():
     return v1.trainable_variables() + v1.moving_average_variables()
 
 
-def _weight_average(hp):
-    # num_updates: early on the decay is min(decay, (1 + step) / (10 + step)), so a short
-    # run's average is not stuck near the initial weights.
-    return v1.train.ExponentialMovingAverage(hp.ema_decay, num_updates=v1.train.get_global_step())
-
-
-def _apply_weight_averages(hp, train_op, global_step):
-    """After each update, moves the averages (checkpointed as ``<variable>/ExponentialMovingAverage``)."""
-    with tf.control_dependencies([train_op]):
-        return _weight_average(hp).apply(averaged_variables())
-
-
-def restore_map(hp, variables=None):
-    """Checkpoint name -> variable of an evaluation or serving graph: with ``--ema-decay`` the
-    averaged weights are restored into the network's variables, so evaluations and exports use them."""
-    variables = v1.global_variables() if variables is None else variables
-    averaged = {v.op.name for v in averaged_variables()}
-    names = {}
-    for var in variables:
-        name = var.op.name
-        if hp.ema_decay and name in averaged:
-            name = name + "/ExponentialMovingAverage"
-        names[name] = var
-    return names
-
-
 def _view_logits(hp, view, labels):
     towers, _, _ = build_towers(hp, view, labels, tf.estimator.ModeKeys.EVAL, reuse=True)
     return tf.concat([o.logits for o in towers], axis=0)
@@ -444,13 +417,6 @@ def _flip_tta_accuracy(labels, logits, flipped_logits, weights):
     )
 
 
-def _scaffold(hp):
-    """Evaluation and prediction restore the averaged weights with ``--ema-decay``."""
-    if not hp.ema_decay:
-        return None
-    return v1.train.Scaffold(saver=v1.train.Saver(restore_map(hp), sharded=True))
-
-
 def model_fn(features, labels, mode, params, config=None):
     """The Estimator model function; ``params`` is an ``HParams``."""
     hp = params
@@ -461,7 +427,7 @@ def model_fn(features, labels, mode, params, config=None):
         logits = tf.concat([o.logits for o in outputs], axis=0)
         predictions = predictions_of(logits)
         if mode == tf.estimator.ModeKeys.PREDICT:
-            return tf.estimator.EstimatorSpec(mode, predictions=predictions, scaffold=_scaffold(hp))
+            return tf.estimator.EstimatorSpec(mode, predictions=predictions)
 
         loss = tf.reduce_mean([o.loss for o in outputs], name=_op_name(TOTAL_LOSS))
         weights = example_weights(labels)
@@ -481,6 +447,4 @@ def model_fn(features, labels, mode, params, config=None):
             probabilities = _tta_probabilities(hp, features, labels, logits, flipped_logits)
             classes = tf.argmax(probabilities, axis=1, output_type=tf.int32)
             metrics["accuracy_tta"] = v1.metrics.accuracy(tf.maximum(labels, 0), classes, weights=weights)
-        return tf.estimator.EstimatorSpec(
-            mode, loss=loss, predictions=predictions, eval_metric_ops=metrics, scaffold=_scaffold(hp)
-        )
+        return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, eval_metric_ops=metrics)

@@ -47,7 +47,7 @@ BUDGET_FILE = "budget.json"
 # filling the input pipeline (measured here: the first ~10 steps take 2-5x longer).
 WARMUP_STEPS = 10
 # Evaluation runs this many times as many images per second as training (forward only, large
-# batches). On the CPU the configuration times the ratio (precision.network_speed; the ratios measured
+# batches). On the CPU the configuration times the ratio (speed_probes.network_speed; the ratios measured
 # per CPU are in docs/speed.md); this guess is for GPUs, where it is not timed.
 EVAL_SPEEDUP = 4.0
 # The same on a CPU where nothing was timed (a budget too short for probes): below every ratio measured

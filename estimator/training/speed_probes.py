@@ -2,7 +2,7 @@
 
 ``network_speed`` times a few training steps of the real network and then its evaluation's batches, side
 by side in one graph (about 5 s, bounded in seconds on any CPU), and caches the figures per CPU, network
-and TensorFlow version in the ``--probe-cache`` directory (``estimator.ops.probe_cache``), so later runs,
+and TensorFlow version in the ``--probe-cache`` directory (``estimator.common.machine``), so later runs,
 and a study's trials, decide at once. The configuration uses them, once, before any graph is built: to
 choose the member of ``--network auto``, and to plan ``--time-budget`` (the end's reserve comes from the
 evaluation's ratio to training, which differs between CPUs and precisions); hparams.json records them.
@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import hashlib
 
+from estimator.common import tensor_names
+from estimator.common.machine import cache_path, cached_probe, cpu_info, cpu_key, native_bf16, seconds_per_run
 from estimator.networks import airbench, layers, registry, resnet
 from estimator.ops import filter_gradient, gelu
-from estimator.ops.probe_cache import cache_path, cached_probe, cpu_info, cpu_key, native_bf16, seconds_per_run
 
 CANDIDATES = ("fp32", "bf16")
 CACHE_FILE = "network_speed_probe.json"
@@ -101,9 +102,9 @@ def time_network(
         eval_images = tf.constant(random.uniform(0, 255, (eval_batch, 32, 32, 3)).astype(np.float32))
         labels = tf.constant(np.arange(batch) % 10, tf.int32)
         plan = filter_gradient.Measured(hp.probe_cache)
-        with v1.variable_scope("resnet"):
+        with v1.variable_scope(tensor_names.NETWORK_SCOPE):
             logits = registry.build(hp, True, precision, filter_gradients=plan).forward_pass(images)
-        with v1.variable_scope("resnet", reuse=True):
+        with v1.variable_scope(tensor_names.NETWORK_SCOPE, reuse=True):
             predictions = tf.argmax(registry.build(hp, False, precision).forward_pass(eval_images), axis=1)
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
         step = v1.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
