@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from estimator.common import durations
 from estimator.networks import family, registry
 from estimator.training import config, flags
 from estimator.training.hparams import HParams
@@ -244,21 +245,18 @@ class SlowCpu:
 
 
 def _recipe_values(tmp_path, mini_records, budget, cache):
-    """The 5-minute recipe's arguments with ``budget``, and HParams values as the configuration has them
-    before choosing a member, for the full stand-in's 50,000 training images."""
+    """The 5-minute recipe's HParams with ``budget`` as the configuration has them before choosing a member,
+    for the full stand-in's 50,000 training images, and the flags given by hand."""
     argv = ["@" + os.path.join(os.path.dirname(family.__file__), "..", "recipes", "cpu_5min.args")]
     argv += ["--data-dir", mini_records, "--job-dir", str(tmp_path / "job"), "--time-budget", budget]
     argv += ["--probe-cache", cache]
-    args = flags.build_parser().parse_args(argv)
-    # The values as resolved for the reference member named (its own speed cached apart, and only a cheap
-    # 10 s budget's worth: nothing timed under 2 minutes).
+    # Resolved for the reference member named (its own speed cached apart, and only a cheap 10 s budget's
+    # worth: nothing timed under 2 minutes), then made the question again.
     named = flags.build_parser().parse_args(argv + ["--network", "airbench", "--precision", "fp32"])
     named.time_budget = 10.0
     hp = config.resolve(named, environ={}, gpus_visible=0)
-    fields = HParams.__dataclass_fields__
-    values = {name: getattr(hp, name) for name in fields}
-    values.update(num_train_examples=50000, speed_probe=None, network="auto", precision="auto", time_budget=None)
-    return args, values, flags.given_flags(argv)
+    hp = hp.replace(num_train_examples=50000, speed_probe=None, network="auto", precision="auto")
+    return hp.replace(time_budget=durations.parse(budget)), flags.given_flags(argv)
 
 
 EPYC = {"model": "AMD EPYC", "family": "25", "model_number": "1", "flags": {"avx2", "fma"}, "cores": 2, "isa": ""}
@@ -273,9 +271,9 @@ def test_a_first_run_on_the_slowest_cpu_chooses_in_seconds_on_a_simulated_clock(
     from estimator.training import speed_probes
 
     cpu = SlowCpu()
-    args, values, given = _recipe_values(tmp_path, mini_records, budget, str(tmp_path / "cache"))
+    hp, given = _recipe_values(tmp_path, mini_records, budget, str(tmp_path / "cache"))
     monkeypatch.setattr(speed_probes, "time_network", cpu.time_network)
-    member, record, probe, speed = config._measure_and_choose(args, values, EPYC, given)
+    member, record, probe, speed = config._measure_and_choose(hp, EPYC, given)
     assert cpu.clock <= 10.0, (cpu.clock, cpu.timed)
     assert probe == {} and record["precision"] == "fp32"  # no native bf16: nothing timed for it
     by_name = {c["member"]: c for c in record["candidates"]}
@@ -289,24 +287,24 @@ def test_a_first_run_on_the_slowest_cpu_chooses_in_seconds_on_a_simulated_clock(
     assert speed["eval"] == pytest.approx(3.4 * speed["train"], rel=0.01)
     # The same command again: everything it timed is cached, nothing is timed.
     before = cpu.clock
-    assert config._measure_and_choose(args, values, EPYC, given)[0] == member and cpu.clock == before
+    assert config._measure_and_choose(hp, EPYC, given)[0] == member and cpu.clock == before
 
 
 def test_a_budget_too_short_for_probes_chooses_from_estimates_and_says_so(mini_records, tmp_path, monkeypatch):
     from estimator.training import speed_probes
 
     cache = str(tmp_path / "cache")
-    args, values, given = _recipe_values(tmp_path, mini_records, "90s", cache)
+    hp, given = _recipe_values(tmp_path, mini_records, "90s", cache)
     monkeypatch.setattr(speed_probes, "time_network", lambda *a, **k: pytest.fail("nothing is timed in 90 s"))
-    member, record, probe, speed = config._measure_and_choose(args, values, EPYC, given)
+    member, record, probe, speed = config._measure_and_choose(hp, EPYC, given)
     assert {c["speed"] for c in record["candidates"]} == {"estimated from airbench94 x0.5, " + family.ASSUMED}
     assert speed["how"].endswith(family.ASSUMED) and member.name == "airbench94 x0.25"
     # What an earlier, longer job timed is used: figures of this CPU, for free.
     monkeypatch.setattr(speed_probes, "time_network", SlowCpu().time_network)
-    long_args, long_values, long_given = _recipe_values(tmp_path, mini_records, "5m", cache)
-    config._measure_and_choose(long_args, long_values, EPYC, long_given)
+    long_hp, long_given = _recipe_values(tmp_path, mini_records, "5m", cache)
+    config._measure_and_choose(long_hp, EPYC, long_given)
     monkeypatch.setattr(speed_probes, "time_network", lambda *a, **k: pytest.fail("cached"))
-    _, record, _, _ = config._measure_and_choose(args, values, EPYC, given)
+    _, record, _, _ = config._measure_and_choose(hp, EPYC, given)
     assert {c["member"]: c["speed"] for c in record["candidates"]}["airbench94 x0.5"] == "timed"
 
 

@@ -28,7 +28,7 @@ import os
 
 from estimator.common import cluster as cluster_lib
 from estimator.common import machine, storage, tensor_names
-from estimator.common.options import Network, Precision
+from estimator.common.options import DataFormat, EvalPolicy, Network, Precision
 from estimator.data import records as fmt
 from estimator.data.pipeline import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
 from estimator.training import devices, flags
@@ -50,21 +50,12 @@ def job_dir_of(flag, environ) -> str:
     raise ValueError("--job-dir is required (or AIP_MODEL_DIR / AIP_CHECKPOINT_DIR on Vertex AI).")
 
 
-def train_steps_of(args: argparse.Namespace, num_workers: int, num_train_examples: int) -> int:
-    """--train-steps, or --train-epochs in global steps, or the default 80,000."""
-    from estimator.training import schedules
-
-    if args.train_epochs is not None:
-        batch = schedules.examples_per_step(args.train_batch_size, num_workers, args.sync)
-        return schedules.epochs_to_steps(args.train_epochs, max(1, num_train_examples), batch)
-    return hparams_lib.HParams.train_steps if args.train_steps is None else args.train_steps
-
-
 def resolve(args: argparse.Namespace, environ=None, gpus_visible=None, given=frozenset()) -> hparams_lib.HParams:
     """Validates parsed trainer flags against the environment and the data; returns the frozen HParams.
 
     Args:
-      args: from ``flags.build_parser()`` (or a parser that extends it); never mutated.
+      args: from ``flags.build_parser()`` (or a parser that extends it); never mutated, and read only until
+        the flags are ``HParams`` (``_settings``): what follows reads those.
       environ: the environment (default ``os.environ``).
       gpus_visible: GPUs TensorFlow sees (default: asks TensorFlow).
       given: the flags given by hand (``flags.given_flags(argv)``): ``--network auto`` keeps to them.
@@ -74,47 +65,64 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None, given=fro
     """
     environ = os.environ if environ is None else environ
     cluster = cluster_lib.from_environment(environ)
-    num_train = 0
-    train_subsets = tuple(dict.fromkeys(args.train_subsets))  # in order, once each
-    if cluster.task_type != "ps":  # a parameter server reads no data
-        # Before the first step: a bad evaluation file would otherwise fail after training.
-        num_train = verify_splits(args.data_dir, train_subsets)
-    if gpus_visible is None:
-        gpus_visible = devices.visible_gpus()
-    flags.validate(args, cluster, gpus_visible)
-    fields = {f for f in hparams_lib.HParams.__dataclass_fields__}
-    values = {k: v for k, v in vars(args).items() if k in fields}
-    values.update(_places(args, environ, cluster))
-    values.update(
-        train_steps=None if args.time_budget else train_steps_of(args, cluster.num_workers, num_train),
-        train_subsets=train_subsets,
-        # Training on the validation split leaves nothing to validate on: train, then test.
-        eval_policy="final" if fmt.VALIDATION in train_subsets else args.eval_policy,
-        lr_decay_steps=None if args.lr_decay_steps is None else tuple(args.lr_decay_steps),
-        data_format=args.data_format or ("channels_first" if args.num_gpus > 0 else "channels_last"),
-        cluster=cluster,
-        num_workers=cluster.num_workers,
-        num_train_examples=num_train,
-    )
+    flags.validate(args, cluster, devices.visible_gpus() if gpus_visible is None else gpus_visible)
+    places = _places(args.job_dir, args.probe_cache, environ, cluster)
+    hp = _with_data(_settings(vars(args), places, cluster))
     cpu = machine.cpu_info(environ=environ)
     # What a restart keeps from its first run (the member, the filter-gradient plan, the speeds measured):
     # read only where something of it is used.
-    measures = args.num_gpus == 0 and (args.time_budget or args.precision != Precision.FP32)
-    earlier = _recorded(values["job_dir"]) if args.network == Network.AUTO or measures else {}
+    measures = hp.num_gpus == 0 and (hp.time_budget or hp.precision != Precision.FP32)
+    earlier = _recorded(hp.job_dir) if hp.network == Network.AUTO or measures else {}
     speed = None
-    if args.network == Network.AUTO:
-        chosen_values, speed = _choose_network(args, values, earlier, cpu, given)
-        values.update(chosen_values)
-    hp = hparams_lib.HParams(**values)
+    if hp.network == Network.AUTO:
+        chosen, speed = _choose_network(hp, earlier, cpu, given)
+        hp = hp.replace(**chosen)
     hparams_lib.check_schedule(hp)
     return _measure_this_machine(_precision(hp, cpu), earlier, cpu, speed)
 
 
-def _places(args, environ, cluster) -> dict:
+def _settings(flag_values: dict, places: dict, cluster) -> hparams_lib.HParams:
+    """The validated flags' values as ``HParams``, placed (where the job writes: ``_places``; its cluster),
+    with the defaults that depend on other flags. Steps and the data's size come from ``_with_data``."""
+    fields = set(hparams_lib.HParams.__dataclass_fields__)
+    values = {k: v for k, v in flag_values.items() if k in fields}
+    values.update(places)
+    train_subsets = tuple(dict.fromkeys(values["train_subsets"]))  # in order, once each
+    values.update(
+        train_subsets=train_subsets,
+        # Training on the validation split leaves nothing to validate on: train, then test.
+        eval_policy=EvalPolicy.FINAL if fmt.VALIDATION in train_subsets else values["eval_policy"],
+        lr_decay_steps=None if values["lr_decay_steps"] is None else tuple(values["lr_decay_steps"]),
+        data_format=values["data_format"]
+        or (DataFormat.CHANNELS_FIRST if values["num_gpus"] else DataFormat.CHANNELS_LAST),
+        cluster=cluster,
+        num_workers=cluster.num_workers,
+    )
+    return hparams_lib.HParams(**values)
+
+
+def _with_data(hp: hparams_lib.HParams) -> hparams_lib.HParams:
+    """``hp`` with the training images its data holds (every split checked against the manifest, before
+    any graph is built: a bad evaluation file would otherwise fail after training) and its steps:
+    --train-steps, or --train-epochs in global steps, or the default 80,000 (none with --time-budget)."""
+    from estimator.training import schedules
+
+    num_train = 0 if hp.cluster.task_type == "ps" else verify_splits(hp.data_dir, hp.train_subsets)
+    if hp.time_budget:
+        steps = None
+    elif hp.train_epochs is not None:
+        steps = schedules.epochs_to_steps(hp.train_epochs, max(1, num_train), hp.global_batch_size)
+    else:
+        steps = hp.train_steps or hparams_lib.HParams.train_steps
+    return hp.replace(num_train_examples=num_train, train_steps=steps)
+
+
+def _places(job_dir: str, probe_cache: str, environ, cluster) -> dict:
     """Where the job writes and what it reads from the environment for that: its directory (a tuning
     trial's its own), Vertex AI's TensorBoard and model directories, the probes' cache."""
-    job_dir = job_dir_of(args.job_dir, environ)
-    if cluster.trial and args.job_dir:
+    given = job_dir
+    job_dir = job_dir_of(given, environ)
+    if cluster.trial and given:
         # Parallel tuning trials must never share a checkpoint directory. Vertex AI's
         # AIP_CHECKPOINT_DIR / AIP_MODEL_DIR are per trial already (BASE/<trial>/...).
         job_dir = storage.join(job_dir, cluster.trial)
@@ -128,7 +136,7 @@ def _places(args, environ, cluster) -> dict:
         "job_dir": job_dir,
         "tensorboard_dir": tensorboard_dir,
         "model_export_dir": model_export_dir,
-        "probe_cache": args.probe_cache or machine.default_directory(environ),
+        "probe_cache": probe_cache or machine.default_directory(environ),
     }
 
 
@@ -201,8 +209,8 @@ _MEMBER_SHAPE = ("group_depth", "width_multiplier")
 _MEMBER_AUGMENTATION = ("crop_padding", "cutout")
 
 
-def _choose_network(args, values: dict, earlier: dict, cpu: dict, given):
-    """``--network auto``: the member of airbench's family for this budget on this machine, as HParams
+def _choose_network(hp: hparams_lib.HParams, earlier: dict, cpu: dict, given):
+    """``--network auto``: the member of airbench's family for ``hp``'s budget on this machine, as HParams
     values (its network, shape and augmentation, and ``network_choice``, the record of why), and its
     speeds (``HParams.speed_probe``; None where the choice was kept). A job dir that recorded a choice
     keeps it: the checkpoints are that member's."""
@@ -214,9 +222,9 @@ def _choose_network(args, values: dict, earlier: dict, cpu: dict, given):
         member, record = family.member(recorded["member"]), dict(recorded, kept_from_the_first_run=True)
         probe = earlier.get("precision_probe") or {}
     else:
-        member, record, probe, speed = _measure_and_choose(args, values, cpu, given)
+        member, record, probe, speed = _measure_and_choose(hp, cpu, given)
     chosen_values = {"network": Network.AIRBENCH, "network_choice": record}
-    if args.precision == Precision.AUTO:  # chosen with the reference member: not timed again
+    if hp.precision == Precision.AUTO:  # chosen with the reference member: not timed again
         chosen_values.update(precision=record["precision"], precision_probe=probe)
     for name in _MEMBER_SHAPE + _MEMBER_AUGMENTATION:
         if name not in given or name in _MEMBER_SHAPE:
@@ -224,49 +232,48 @@ def _choose_network(args, values: dict, earlier: dict, cpu: dict, given):
     return chosen_values, speed
 
 
-def _measure_and_choose(args, values: dict, cpu: dict, given: set):
+def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
     """Times the family's reference member (training and evaluation; in both precisions with
     ``--precision auto`` where bf16 is native), estimates the others from it, times those whose estimate
     leaves the choice open (``family.worth_timing``), and lets ``family.choose`` pick. All cached per CPU.
     Returns ``(member, record, precision probe, the chosen member's speeds)``."""
     from estimator.networks import family
-    from estimator.training import schedules, speed_probes
+    from estimator.training import speed_probes
 
     def member_hp(m, precision_):
         shape = {name: getattr(m, name) for name in _MEMBER_SHAPE}
-        return hparams_lib.HParams(**dict(values, network=Network.AIRBENCH, precision=precision_, **shape))
+        return hp.replace(network=Network.AIRBENCH, precision=precision_, **shape)
 
     reference = family.member(family.REFERENCE)
-    measure = speed_probes.affordable(args.time_budget)
-    chosen, probe = Precision.FP32 if args.precision == Precision.AUTO else Precision(args.precision), {}
-    if args.precision == Precision.AUTO:
+    measure = speed_probes.affordable(hp.time_budget)
+    chosen, probe = Precision.FP32 if hp.precision == Precision.AUTO else hp.precision, {}
+    if hp.precision == Precision.AUTO:
         chosen, probe = speed_probes.choose(member_hp(reference, Precision.FP32), cpu=cpu, measure=measure)
     reference_speed = speed_probes.network_speed(member_hp(reference, chosen), cpu=cpu, measure=measure)
     timed = {reference.name} if reference_speed else set()
     speeds = {reference.name: reference_speed or dict(family.ASSUMED_REFERENCE_SPEED)}
     step_cost = 1.0
-    if args.progressive_resize:
-        sizes = schedules.ImageSizes(args.progressive_resize, args.progressive_resize_until, fmt.HEIGHT)
-        step_cost = sizes.mean_cost(0.0, 1.0)
+    if hp.image_sizes:
+        step_cost = hp.image_sizes.mean_cost(0.0, 1.0)
     estimated = "estimated from %s" % reference.name
     if not timed:
         estimated += ", " + family.ASSUMED
     rates = {}
     for m in family.MEMBERS:
-        if any(getattr(m, name) != getattr(args, name) for name in _MEMBER_SHAPE if name in given):
+        if any(getattr(m, name) != getattr(hp, name) for name in _MEMBER_SHAPE if name in given):
             continue  # a shape given by hand narrows the family
         rate = speeds[reference.name]["train"]
         rates[m.name] = (rate, "timed") if m.name in timed else (family.estimated_rate(m.name, rate), estimated)
     if measure:
-        for name in family.worth_timing(args.time_budget, rates, values["num_train_examples"], step_cost):
-            batch = family.probe_batch(name, values["train_batch_size"])
+        for name in family.worth_timing(hp.time_budget, rates, hp.num_train_examples, step_cost):
+            batch = family.probe_batch(name, hp.train_batch_size)
             probe_hp = member_hp(family.member(name), chosen).replace(
-                train_batch_size=batch, eval_batch_size=min(batch, values["eval_batch_size"])
+                train_batch_size=batch, eval_batch_size=min(batch, hp.eval_batch_size)
             )
             speeds[name] = speed_probes.network_speed(probe_hp, cpu=cpu)
             rates[name] = (speeds[name]["train"], "timed")
             timed.add(name)
-    member, record = family.choose(args.time_budget, rates, values["num_train_examples"], step_cost=step_cost)
+    member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, step_cost=step_cost)
     record["precision"] = str(chosen)
     if member.name in timed:
         speed = dict(speeds[member.name], how="timed")

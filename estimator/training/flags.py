@@ -287,6 +287,8 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
     _check_network(args)
     _check_augmentation(args)
     _check_data_and_cluster(args, cluster)
+    if args.network == Network.RESNET:  # last: the one rule the networks own
+        resnet.check_depth(args.num_layers, args.resnet_version)
 
 
 def _check_length(args) -> None:
@@ -399,8 +401,6 @@ def _check_network(args) -> None:
             "--group-depth %d shapes the groups of --network airbench; a ResNet's depth is --num-layers: drop it "
             "or use --network airbench." % args.group_depth
         )
-    if args.network == Network.RESNET:
-        resnet.check_depth(args.num_layers, args.resnet_version)
 
 
 def _check_augmentation(args) -> None:

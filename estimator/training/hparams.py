@@ -570,7 +570,11 @@ def refuse_retired(job_dir: str, recorded: dict, doing: str) -> None:
         raise ValueError(
             "%s was trained with %s: this version cannot %s it. Use another --job-dir, or the version before "
             "the retirement to finish that job."
-            % (job_dir, " and ".join("%s %s (retired in %s: %s)" % r for r in retired), doing)
+            % (
+                job_dir,
+                " and ".join("%s %s (retired in %s: %s)" % (f, v, version, why) for f, v, why, version in retired),
+                doing,
+            )
         )
 
 
