@@ -92,6 +92,11 @@ class VariableStrategy(Choice):
     GPU = "GPU"
 
 
+def flag_name(dest: str) -> str:
+    """A setting's flag: ``width_multiplier`` -> ``--width-multiplier``."""
+    return "--" + dest.replace("_", "-")
+
+
 # --group-depth: the airbench network's 3x3 convolutions per group: airbench94's 2, or airbench96's 3
 # (the last two inside a residual connection).
 GROUP_DEPTHS = (2, 3)

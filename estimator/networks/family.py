@@ -19,7 +19,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from estimator.common.options import Network
+from estimator.common.options import Network, flag_name
+
+# The settings a member sets: its shape (given by hand, they narrow the family to the members of that
+# shape) and its augmentation (given by hand, they override the member's own).
+SHAPE = ("group_depth", "width_multiplier")
+AUGMENTATION = ("crop_padding", "cutout")
 
 
 @dataclass(frozen=True)
@@ -37,19 +42,16 @@ class Member:
     # "The family's speeds"): the narrowest keeps two cores less busy, the widest keeps them busier.
     efficiency: float = 1.0
 
+    def settings(self) -> dict:
+        """The HParams values this member sets: its network, ``SHAPE`` and ``AUGMENTATION``."""
+        return {"network": Network.AIRBENCH, **{name: getattr(self, name) for name in SHAPE + AUGMENTATION}}
+
     def flags(self) -> list:
-        return [
-            "--network",
-            Network.AIRBENCH.value,
-            "--group-depth",
-            str(self.group_depth),
-            "--width-multiplier",
-            "%g" % self.width_multiplier,
-            "--crop-padding",
-            str(self.crop_padding),
-            "--cutout",
-            str(self.cutout),
-        ]
+        """``settings()`` as a command line (a study's trials train the member a recipe chose)."""
+        spelled = []
+        for name, value in self.settings().items():
+            spelled += [flag_name(name), "%g" % value if isinstance(value, float) else str(value)]
+        return spelled
 
 
 # Forward MFLOP per image: TensorFlow's profiler (``registry.forward_flops``; a test checks them).

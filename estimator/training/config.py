@@ -203,12 +203,6 @@ def _measure_filter_gradients(hp: hparams_lib.HParams, cpu: dict) -> dict:
     return plan.plan
 
 
-# The flags a member of the family sets, and whether one given by hand narrows the choice (the network's
-# shape) or overrides the member's own value (its augmentation).
-_MEMBER_SHAPE = ("group_depth", "width_multiplier")
-_MEMBER_AUGMENTATION = ("crop_padding", "cutout")
-
-
 def _choose_network(hp: hparams_lib.HParams, earlier: dict, cpu: dict, given):
     """``--network auto``: the member of airbench's family for ``hp``'s budget on this machine, as HParams
     values (its network, shape and augmentation, and ``network_choice``, the record of why), and its
@@ -223,12 +217,11 @@ def _choose_network(hp: hparams_lib.HParams, earlier: dict, cpu: dict, given):
         probe = earlier.get("precision_probe") or {}
     else:
         member, record, probe, speed = _measure_and_choose(hp, cpu, given)
-    chosen_values = {"network": Network.AIRBENCH, "network_choice": record}
+    # The member's settings, but its augmentation where the command line gave one by hand.
+    chosen_values = {k: v for k, v in member.settings().items() if k not in given or k not in family.AUGMENTATION}
+    chosen_values["network_choice"] = record
     if hp.precision == Precision.AUTO:  # chosen with the reference member: not timed again
         chosen_values.update(precision=record["precision"], precision_probe=probe)
-    for name in _MEMBER_SHAPE + _MEMBER_AUGMENTATION:
-        if name not in given or name in _MEMBER_SHAPE:
-            chosen_values[name] = getattr(member, name)
     return chosen_values, speed
 
 
@@ -241,7 +234,7 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
     from estimator.training import speed_probes
 
     def member_hp(m, precision_):
-        shape = {name: getattr(m, name) for name in _MEMBER_SHAPE}
+        shape = {name: getattr(m, name) for name in family.SHAPE}
         return hp.replace(network=Network.AIRBENCH, precision=precision_, **shape)
 
     reference = family.member(family.REFERENCE)
@@ -260,7 +253,7 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
         estimated += ", " + family.ASSUMED
     rates = {}
     for m in family.MEMBERS:
-        if any(getattr(m, name) != getattr(hp, name) for name in _MEMBER_SHAPE if name in given):
+        if any(getattr(m, name) != getattr(hp, name) for name in family.SHAPE if name in given):
             continue  # a shape given by hand narrows the family
         rate = speeds[reference.name]["train"]
         rates[m.name] = (rate, "timed") if m.name in timed else (family.estimated_rate(m.name, rate), estimated)

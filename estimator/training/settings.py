@@ -14,6 +14,8 @@ import math
 import typing
 from dataclasses import dataclass, field
 
+from estimator.common.options import flag_name  # noqa: F401 (the flags' spelling, for the settings' users)
+
 
 @dataclass(frozen=True)
 class Group:
@@ -129,10 +131,6 @@ def of(f: dataclasses.Field) -> Setting:
     """The field's ``Setting``, or None where the field is no flag (resolved from the environment or
     measured)."""
     return f.metadata.get("setting")
-
-
-def flag_name(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
 
 
 def declared(cls) -> list:
