@@ -126,7 +126,8 @@ def test_faster_sides_are_the_measured_ones_of_the_map_or_of_every_small_square_
     assert fg.faster_sides((512, 4, 2, 256), kernel, tf.bfloat16, choose) == []  # not square: not timed
     assert timed == [(512, 7, 7, 256), (512, 5, 5, 256)]
     assert fg.faster_sides((512, None, None, 256), kernel, tf.bfloat16, choose) == [2, 4, 7]
-    assert timed[2:] == [(512, side, side, 256) for side in range(1, 9)]  # 8x8 is the largest of 64 positions
+    # From the largest map down (8x8 is the largest of 64 positions), so that a Measured plan can infer.
+    assert timed[2:] == [(512, side, side, 256) for side in range(8, 0, -1)]
 
 
 def test_a_map_known_as_the_step_runs_gets_the_gradient_measured_faster_for_its_size():
@@ -228,9 +229,49 @@ def test_a_recorded_plan_builds_the_measured_graph_without_timing_or_reading_a_c
     assert _filter_gradient_ops(params.replace(filter_gradients={"3x3x128x128": [5]}), plan=None) == 6
     assert _filter_gradient_ops(params.replace(filter_gradients={}), plan=None) == 6
     assert _filter_gradient_ops(params.replace(filter_gradients={"3x3x128x128": [3, 7]}), False, plan=None) == 6
-    measured = fg.Measured(choose_fn=lambda x_shape, *_: fg.MATMULS if x_shape[1] == 7 else fg.NATIVE)
+    measured = fg.Measured(choose_fn=lambda x_shape, *_: fg.MATMULS if x_shape[1] <= 3 else fg.NATIVE)
     _filter_gradient_ops(params, plan=measured)
-    assert measured.plan == {"3x3x128x128": [7]} and fg.Recorded(measured.plan).plan == measured.plan
+    assert measured.plan == {"3x3x128x128": [3]} and fg.Recorded(measured.plan).plan == measured.plan
+
+
+def test_a_measured_plan_times_only_the_sides_that_earlier_ones_leave_open():
+    """The matrix products' time grows faster with the map than TensorFlow's kernel: a side below one where
+    they won wins, one above a side where they lost loses, untimed; other convolutions, batches and types
+    are timed on their own."""
+    timed = []
+
+    def choose(x_shape, kernel_shape, dtype):
+        timed.append((x_shape[0], x_shape[1], kernel_shape[-1], dtype))
+        return fg.MATMULS if x_shape[1] <= 5 else fg.NATIVE
+
+    plan = fg.Measured(choose_fn=choose)
+    wide = (3, 3, 256, 256)
+    assert plan.sides((512, None, None, 256), wide, tf.bfloat16) == [1, 2, 3, 4, 5]
+    assert [side for _, side, _, _ in timed] == [8, 7, 6, 5]  # 4, 3, 2 and 1 follow from 5
+    del timed[:]
+    assert plan.sides((512, 7, 7, 256), wide, tf.bfloat16) == [] and plan.sides(
+        (512, 2, 2, 256), wide, tf.bfloat16
+    ) == [2]
+    assert timed == []  # both settled by the sides above
+    assert plan.sides((128, 4, 4, 256), wide, tf.bfloat16) == [4]
+    assert plan.sides((512, 4, 4, 128), (3, 3, 128, 128), tf.bfloat16) == [4]
+    assert timed == [(128, 4, 256, tf.bfloat16), (512, 4, 128, tf.bfloat16)]
+    assert plan.plan == {"3x3x256x256": [1, 2, 3, 4, 5], "3x3x128x128": [4]}
+    # Asked from the smallest up, a win settles nothing above it: each side is timed until the first loss,
+    # which settles the rest.
+    timed_up = []
+    upward = fg.Measured(choose_fn=lambda x, k, d: timed_up.append(x[1]) or choose(x, k, d))
+    assert [upward.sides((512, s, s, 256), wide, tf.bfloat16) for s in range(1, 9)] == [
+        [1],
+        [2],
+        [3],
+        [4],
+        [5],
+        [],
+        [],
+        [],
+    ]
+    assert timed_up == [1, 2, 3, 4, 5, 6]
 
 
 def test_native_only_turns_the_matrix_products_off_and_back_on(tmp_path, monkeypatch):

@@ -223,7 +223,7 @@ class SlowCpu:
 
         return Session()
 
-    def time_network(self, hp, precision_, steps=None, warmup=None, image_size=32, max_secs=None):
+    def time_network(self, hp, precision_, steps=None, warmup=None, image_size=32, max_secs=None, evaluate=True):
         from estimator.common import machine
         from estimator.training import speed_probes
 
@@ -234,14 +234,16 @@ class SlowCpu:
         train = machine.seconds_per_run(
             self.session(hp.train_batch_size / rate), None, warmup=1, max_secs=speed_probes.PROBE_SECS, **bounds
         )
-        evaluate = machine.seconds_per_run(
+        if not evaluate:
+            return {"train": hp.train_batch_size / train}
+        inference = machine.seconds_per_run(
             self.session(hp.eval_batch_size / rate / 3.4),
             None,
             warmup=1,
             max_secs=speed_probes.PROBE_SECS / 3,
             **bounds,
         )
-        return {"train": hp.train_batch_size / train, "eval": hp.eval_batch_size / evaluate}
+        return {"train": hp.train_batch_size / train, "eval": hp.eval_batch_size / inference}
 
 
 def _recipe_values(tmp_path, mini_records, budget, cache):

@@ -464,7 +464,7 @@ def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
     assert set(probe) == {"fp32", "bf16"} and all(v > 0 for v in probe.values())
     assert choice == max(probe, key=probe.get)
 
-    def no_timing(*_):
+    def no_timing(*_, **__):
         raise AssertionError("a cached probe is not timed again")
 
     assert speed_probes.choose(small, cpu=amx, timer=no_timing, cache_file=cache) == (choice, probe)
@@ -479,6 +479,9 @@ def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
     with open(cache) as f:
         entries = json.load(f)
     assert len(entries) == 2 and all(k.startswith(key + "|") for k in entries)  # fp32 and bf16
+    # bf16's evaluation timed too (where it is native, the budget plans with it); fp32's training alone.
+    assert sorted(sorted(v) for v in entries.values()) == [["eval", "train"], ["train"]]
+    assert [k for k, v in entries.items() if set(v) == {"train"}][0].endswith("|fp32|%d|train" % small.eval_batch_size)
     with open(cache, "w") as f:
         json.dump({k.replace("|" + speed_probes.network_code_digest(), ""): v for k, v in entries.items()}, f)
     with pytest.raises(AssertionError, match="not timed again"):

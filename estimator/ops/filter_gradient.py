@@ -11,10 +11,11 @@ other way (64 channels on 15x15 maps: 8.3 against 26.9 ms), as does float32 on t
 maps: 90.5 against 124.3 ms), and other CPUs were not measured: so a convolution only becomes a
 candidate where the matrix products can pay (bf16, stride 1, ``SAME``, channels last, at least
 ``MIN_IN_CHANNELS`` in, at most ``MAX_POSITIONS`` positions, or a map whose size is known only as
-the step runs), and each candidate's shape is timed both ways on its first use (about a second) and
-cached per CPU model like the precision probe (``machine.cache_path``). Only training builds it:
-evaluation and exports have no gradients. The matrix products accumulate in float32 and round once,
-so in bf16 they are also closer to the exact sum than TensorFlow's kernel (docs/speed.md).
+the step runs), and each candidate's shape is timed both ways on its first use (about a second; fewer
+maps than occur, ``Measured``) and cached per CPU model like the precision probe (``machine.cache_path``).
+Only training builds it: evaluation and exports have no gradients. The matrix products accumulate in
+float32 and round once, so in bf16 they are also closer to the exact sum than TensorFlow's kernel
+(docs/speed.md).
 """
 
 from __future__ import annotations
@@ -152,14 +153,16 @@ def choose(x_shape, kernel_shape, dtype, cpu=None, timer=time_filter_gradients, 
 def faster_sides(x_shape, kernel_shape, dtype, choose_fn=None) -> list:
     """The sides of the square maps on which this candidate convolution's filter gradient was measured
     faster as matrix products: its own map's (if that is known and square), or, for a map known only as
-    the step runs, every square one of at most ``MAX_POSITIONS`` positions (each timed once)."""
+    the step runs, every square one of at most ``MAX_POSITIONS`` positions (asked from the largest down,
+    so that ``Measured`` can infer the small ones)."""
     choose_fn = choose_fn or choose
     batch, height, width, in_channels = x_shape
     if height is not None or width is not None:
         sides = [height] if height == width else []
     else:
-        sides = [side for side in range(1, MAX_POSITIONS + 1) if side * side <= MAX_POSITIONS]
-    return [side for side in sides if choose_fn((batch, side, side, in_channels), kernel_shape, dtype) == MATMULS]
+        sides = [side for side in range(MAX_POSITIONS, 0, -1) if side * side <= MAX_POSITIONS]
+    faster = [side for side in sides if choose_fn((batch, side, side, in_channels), kernel_shape, dtype) == MATMULS]
+    return sorted(faster)
 
 
 def kernel_key(kernel_shape) -> str:
@@ -183,15 +186,34 @@ class Recorded:
 class Measured(Recorded):
     """A plan measured as a graph is built (by the configuration, once, and by the speed probes): each
     candidate's shape timed both ways on first use, cached in ``cache_dir`` (``--probe-cache``), and
-    what was chosen kept in ``plan`` (``Recorded``'s form)."""
+    what was chosen kept in ``plan`` (``Recorded``'s form).
+
+    A map is not timed where the sides already decided for the same convolution and batch settle it:
+    the matrix products' time grows faster with the map than TensorFlow's kernel (measured on a Zen 5
+    at batch 512: their ratio rose with every side, from 0.16 at 1x1 to 1.00 at 8x8 for 256 channels,
+    0.28 to 1.16 for 128; docs/speed.md), so a side below one where they won wins too, and a side above
+    one where they lost loses. Asked from the largest map down, a first run times two or three sides of a
+    convolution instead of each one."""
 
     def __init__(self, cache_dir: str = None, cpu=None, choose_fn=None):
         super().__init__()
         cache_file = machine.cache_path(CACHE_FILE, cache_dir)
         self._choose = choose_fn or (lambda *shape: choose(*shape, cpu=cpu, cache_file=cache_file))
+        self._decided = {}  # (kernel, batch, channels in, dtype) -> {side: MATMULS or NATIVE}
+
+    def _faster(self, x_shape, kernel_shape, dtype) -> str:
+        """``choose``'s answer for one square map, inferred from the sides decided before where they settle it."""
+        batch, side, _, in_channels = x_shape
+        decided = self._decided.setdefault((kernel_key(kernel_shape), batch, in_channels, str(dtype)), {})
+        if any(known >= side and faster == MATMULS for known, faster in decided.items()):
+            return MATMULS
+        if any(known <= side and faster == NATIVE for known, faster in decided.items()):
+            return NATIVE
+        decided[side] = self._choose(x_shape, kernel_shape, dtype)
+        return decided[side]
 
     def sides(self, x_shape, kernel_shape, dtype) -> list:
-        sides = faster_sides(x_shape, kernel_shape, dtype, self._choose)
+        sides = faster_sides(x_shape, kernel_shape, dtype, self._faster)
         key = kernel_key(kernel_shape)
         self.plan[key] = sorted(set(self.plan.get(key, ())) | set(sides))
         return sides

@@ -193,7 +193,8 @@ def _measure_filter_gradients(hp: hparams_lib.HParams, cpu: dict) -> dict:
     from estimator.networks import registry
     from estimator.ops import filter_gradient
 
-    sides = [side for _, side in hp.image_sizes.changes()] if hp.image_sizes else [fmt.HEIGHT]
+    # The largest images first: their maps decide the most sides of the smaller ones (``Measured``).
+    sides = sorted({side for _, side in hp.image_sizes.changes()}, reverse=True) if hp.image_sizes else [fmt.HEIGHT]
     plan = filter_gradient.Measured(hp.probe_cache, cpu)
     for side in sides:
         with tf.Graph().as_default():
