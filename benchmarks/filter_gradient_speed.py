@@ -4,6 +4,7 @@
     python -m benchmarks.filter_gradient_speed --network resnet --num-layers 20 --batch-size 256
     ONEDNN_MAX_CPU_ISA=AVX2 python -m benchmarks.filter_gradient_speed --group-depth 2 --width-multiplier 0.5 \
         --precisions fp32
+    python -m benchmarks.filter_gradient_speed --sweep --precisions bf16   # every square map of each kernel
 
 For each stride-1 3x3 convolution of the training network (its input and kernel
 shapes read off the network built at ``--batch-size``, for each of
@@ -14,6 +15,10 @@ trainer considers (``filter_gradient.is_candidate``). Then times whole training
 steps of the network with the matrix products where they were measured faster
 and without them (``native_only``), rounds interleaved. Prints the
 CPU model and its bf16 flags (figures only compare within one run) and writes JSON.
+
+``--sweep``: instead, each candidate kernel of the network timed both ways on every square map of at most
+``filter_gradient.MAX_POSITIONS`` positions, with the ratio of the two: what ``filter_gradient.Measured``
+infers untimed sides from (the ratio rising with the map).
 """
 
 import argparse
@@ -58,6 +63,51 @@ def convolution_shapes(hp, image_size: int):
         return shapes
 
 
+def sweep(hp, args, dtypes) -> dict:
+    """Each candidate kernel of ``hp``'s network (at ``--image-sizes``' first) timed on every square map of at
+    most ``MAX_POSITIONS`` positions, both ways, best of ``--rounds``: ``{"sweep": [...]}``."""
+    from estimator.ops import filter_gradient
+
+    kernels = []
+    for x_shape, kernel_shape in convolution_shapes(hp, args.image_sizes[0]):
+        if x_shape[3] >= filter_gradient.MIN_IN_CHANNELS and (x_shape[3], kernel_shape) not in kernels:
+            kernels.append((x_shape[3], kernel_shape))
+    sides = [
+        side for side in range(1, filter_gradient.MAX_POSITIONS + 1) if side * side <= filter_gradient.MAX_POSITIONS
+    ]
+    rows = []
+    print("\nms per filter gradient, best of %d rounds of %d; matmuls / native" % (args.rounds, args.runs))
+    for name in args.precisions:
+        for channels, kernel_shape in kernels:
+            for side in sides:
+                x_shape = (args.batch_size, side, side, channels)
+                timings = [
+                    filter_gradient.time_filter_gradients(x_shape, kernel_shape, dtypes[name], args.runs, 1)
+                    for _ in range(args.rounds)
+                ]
+                best = {way: min(t[way] for t in timings) for way in (filter_gradient.NATIVE, filter_gradient.MATMULS)}
+                ratio = best[filter_gradient.MATMULS] / best[filter_gradient.NATIVE]
+                print(
+                    "%-6s %-16s %4d %9.2f %9.2f %6.2f"
+                    % (name, "x".join(map(str, kernel_shape)), side, *best.values(), ratio)
+                )
+                rows.append(
+                    {
+                        "precision": name,
+                        "kernel": list(kernel_shape),
+                        "side": side,
+                        "ms": best,
+                        "ratio": round(ratio, 3),
+                    }
+                )
+    return {
+        "network": args.network,
+        "width_multiplier": args.width_multiplier,
+        "batch_size": args.batch_size,
+        "sweep": rows,
+    }
+
+
 def main(argv=None):
     import tensorflow as tf
 
@@ -78,6 +128,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=10, help="Timed training steps per round.")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="Each figure is the best of this many rounds.")
+    parser.add_argument("--sweep", action="store_true", help="Every square map of each candidate kernel instead.")
     parser.add_argument("--out", default="benchmarks/results/filter_gradient_speed.json")
     args = parser.parse_args(argv)
     print_machine()
@@ -93,6 +144,9 @@ def main(argv=None):
         seed=0,
     )
     dtypes = {"bf16": tf.bfloat16, "fp32": tf.float32}
+    if args.sweep:
+        write_result(args.out, sweep(hp, args, dtypes))
+        return 0
     result = {
         "network": args.network,
         "width_multiplier": args.width_multiplier,

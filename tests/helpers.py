@@ -34,6 +34,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def gcs_names(directory):
+    """The names of the objects under a ``gs://`` directory (in the emulator), sorted: what a test checks
+    was written, or left behind."""
+    from estimator.common import storage
+
+    bucket, prefix = storage.split_gcs(directory.rstrip("/") + "/")
+    return sorted(blob.name[len(prefix) :] for blob in storage._client().list_blobs(bucket, prefix=prefix))
+
+
 def hp(**kw):
     """A small CPU ResNet-8 ``HParams`` (batches of 6 split evenly over 1, 2 or 3 towers)."""
     from estimator.training.hparams import HParams

@@ -323,6 +323,24 @@ def test_benchmark_times_each_shape_and_whole_steps_both_ways(tmp_path, monkeypa
     assert "bf16       20" in capsys.readouterr().out
 
 
+def test_benchmark_sweeps_every_small_square_map_of_each_candidate_kernel(tmp_path, monkeypatch, capsys):
+    timed = []
+
+    def timer(x_shape, kernel_shape, dtype, runs, warmup):
+        timed.append((x_shape, kernel_shape))
+        return {fg.NATIVE: 10.0, fg.MATMULS: float(x_shape[1])}
+
+    monkeypatch.setattr(fg, "time_filter_gradients", timer)
+    out = tmp_path / "sweep.json"
+    argv = ["--sweep", "--group-depth", "2", "--width-multiplier", "0.5", "--batch-size", "4", "--precisions", "bf16"]
+    assert filter_gradient_speed.main(argv + ["--rounds", "1", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["sweep"]
+    # airbench94 x0.5's one kernel with 128 channels in, on maps of 1 to 8 pixels a side.
+    assert [(r["kernel"], r["side"]) for r in rows] == [([3, 3, 128, 128], side) for side in range(1, 9)]
+    assert [r["ratio"] for r in rows] == [side / 10 for side in range(1, 9)]
+    assert timed[0] == ((4, 1, 1, 128), (3, 3, 128, 128)) and "3x3x128x128" in capsys.readouterr().out
+
+
 @pytest.mark.bf16_kernels
 def test_a_progressively_resized_network_times_every_small_square_map_once(tmp_path, monkeypatch):
     # Maps known only as the step runs: the three candidate convolutions (128 channels in) take the

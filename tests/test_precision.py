@@ -111,6 +111,14 @@ def test_fp16_with_sync_replicas_builds():
         # Local variables: checkpoints are the same in every precision.
         names = [v.op.name for v in v1.local_variables()]
         assert any(n.endswith("current_loss_scale") for n in names) and "skipped_steps" in names
+        # Every training summary under one "train/" scope, the loss scale's too (never a "train_1/").
+        summaries = {op.name for op in _summary_ops()}
+        assert {"train/loss_scale", "train/skipped_steps", "train/learning_rate", "train/images"} <= summaries
+        assert "train/image_size" not in summaries and not [n for n in summaries if n.startswith("train_1")]
+
+
+def _summary_ops():
+    return [op for op in v1.get_default_graph().get_operations() if op.type in ("ScalarSummary", "ImageSummary")]
 
 
 @pytest.mark.bf16_kernels

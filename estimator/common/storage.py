@@ -109,22 +109,6 @@ def makedirs(path: str) -> None:
         os.makedirs(path, exist_ok=True)
 
 
-def list_names(directory: str):
-    """Names of the files directly inside ``directory`` (sorted)."""
-    if is_gcs(directory):
-        bucket, prefix = split_gcs(directory)
-        prefix = prefix.rstrip("/") + "/" if prefix else ""
-        names = set()
-        for blob in _client().list_blobs(bucket, prefix=prefix):
-            rest = blob.name[len(prefix) :]
-            if rest and "/" not in rest:
-                names.add(rest)
-        return sorted(names)
-    if not os.path.isdir(directory):
-        return []
-    return sorted(n for n in os.listdir(directory) if os.path.isfile(os.path.join(directory, n)))
-
-
 def remove(path: str) -> None:
     """Removes a file if it exists."""
     if is_gcs(path):

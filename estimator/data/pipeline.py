@@ -61,16 +61,58 @@ def _count_records(path: str, fix: str) -> int:
 
 
 def verify_splits(data_dir: str, train_subsets=(fmt.TRAIN,)) -> int:
-    """Checks every split's records against the manifest; returns the number of training images
-    (of ``train_subsets`` together).
+    """Checks every split's records against the manifest (``_check_against_manifest``); returns the
+    number of training images (of ``train_subsets`` together). One read of the manifest and one size per
+    split, wherever the data lives: on Cloud Storage each is a round trip, and a job starts after them.
 
     Raises:
       MissingDataError: a split is missing or disagrees with the manifest (the message says how to fix it).
     """
+    if not data_dir:
+        raise _missing(data_dir, fmt.record_filename(fmt.TRAIN))
+    manifest = fmt.read_manifest(data_dir)
+    sizes = {}
     for subset in fmt.SUBSETS:
-        Cifar10DataSet(data_dir, subset).verify()
-    data = Cifar10DataSet(data_dir, fmt.TRAIN)
-    return sum(data.num_examples_per_epoch(subset) for subset in train_subsets)
+        sizes[subset] = storage.size(storage.join(data_dir, fmt.record_filename(subset)))
+        if sizes[subset] is None:
+            raise _missing(data_dir, fmt.record_filename(subset))
+    if manifest is None:  # records of the original tool: nothing to compare with, the training files counted
+        return sum(_count_records(storage.join(data_dir, fmt.record_filename(s)), _RECOUNT) for s in train_subsets)
+    for subset in fmt.SUBSETS:
+        _check_against_manifest(data_dir, subset, sizes[subset], manifest)
+    return sum(fmt.num_examples(manifest, subset) for subset in train_subsets)
+
+
+_RECOUNT = "Rewrite the records with generate_cifar10_tfrecords.py --overwrite."
+_REWRITE = (
+    "Rewrite the records: python generate_cifar10_tfrecords.py --data-dir=%s --overwrite (with the --source you used)."
+)
+
+
+def _check_against_manifest(data_dir: str, subset: str, size: int, manifest: dict) -> None:
+    """Raises CorruptDataError where a split's file is not the size its manifest says, or (a local file)
+    does not hold as many records: an interrupted copy or a replaced file would otherwise train for hours
+    and then fail in the evaluation ("DataLossError: truncated record"), or silently use other data."""
+    path = storage.join(data_dir, fmt.record_filename(subset))
+    entry = manifest["files"][fmt.record_filename(subset)]
+    if size != int(entry["bytes"]):
+        raise CorruptDataError(
+            "%s holds %s bytes but %s says %s: the file is truncated or was replaced. %s"
+            % (path, format(size, ","), fmt.MANIFEST_NAME, format(int(entry["bytes"]), ","), _REWRITE % data_dir)
+        )
+    if not storage.is_gcs(path):
+        count = _count_records(path, _REWRITE % data_dir)
+        if count != int(entry["examples"]):
+            raise CorruptDataError(
+                "%s holds %s records but %s says %s. %s"
+                % (
+                    path,
+                    format(count, ","),
+                    fmt.MANIFEST_NAME,
+                    format(int(entry["examples"]), ","),
+                    _REWRITE % data_dir,
+                )
+            )
 
 
 def decode(serialized):
@@ -197,38 +239,6 @@ class Cifar10DataSet(object):
                 raise _missing(data_dir, os.path.basename(path) if path else fmt.record_filename(subset))
         self._manifest = fmt.read_manifest(data_dir)
 
-    def verify(self, count_records: bool = True) -> None:
-        """Checks the subset's file against the manifest: its size, and (local files) its record count.
-
-        An interrupted copy or a replaced file would otherwise train for hours and
-        then fail in the evaluation ("DataLossError: truncated record"), or
-        silently use other data.
-
-        Raises:
-          CorruptDataError: naming the file, both numbers, and the command that rewrites the records.
-        """
-        if self._manifest is None:
-            return  # records of the original tool: nothing to compare with
-        path = self.get_filenames()[0]
-        entry = self._manifest["files"][fmt.record_filename(self.subset)]
-        fix = (
-            "Rewrite the records: python generate_cifar10_tfrecords.py --data-dir=%s --overwrite (with the "
-            "--source you used)." % self.data_dir
-        )
-        found = storage.size(path)
-        if found != int(entry["bytes"]):
-            raise CorruptDataError(
-                "%s holds %s bytes but %s says %s: the file is truncated or was replaced. %s"
-                % (path, format(found, ","), fmt.MANIFEST_NAME, format(int(entry["bytes"]), ","), fix)
-            )
-        if count_records and not storage.is_gcs(path):
-            count = _count_records(path, fix)
-            if count != int(entry["examples"]):
-                raise CorruptDataError(
-                    "%s holds %s records but %s says %s. %s"
-                    % (path, format(count, ","), fmt.MANIFEST_NAME, format(int(entry["examples"]), ","), fix)
-                )
-
     def get_filenames(self):
         return [storage.join(self.data_dir, fmt.record_filename(s)) for s in (self.subset,) + self.also]
 
@@ -242,7 +252,7 @@ class Cifar10DataSet(object):
         path = storage.join(self.data_dir, fmt.record_filename(subset))
         if not storage.exists(path):
             raise _missing(self.data_dir, fmt.record_filename(subset))
-        return _count_records(path, "Rewrite the records with generate_cifar10_tfrecords.py --overwrite.")
+        return _count_records(path, _RECOUNT)
 
     def dataset(self, batch_size: int):
         """A ``tf.data.Dataset`` of ``(images, labels)`` batches (see module doc)."""

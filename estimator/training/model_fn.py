@@ -7,9 +7,11 @@ Reading guide (the original's version was known as "here lives a dragon"):
    returns its logits, loss and gradients. Towers share variables (``variable_scope(reuse=...)``).
 3. ``average_gradients`` averages each variable's gradients over the towers on
    the variable's own device, so only one tensor per variable crosses devices.
-4. ``model_fn`` adds the learning-rate schedule, the momentum optimizer (wrapped
-   in ``SyncReplicasOptimizer`` for ``--sync``), batch-norm updates from the
-   first tower, metrics, summaries and logging.
+4. ``model_fn`` trains through ``_training_spec``: the learning-rate schedule and the momentum optimizer
+   (fp16's loss scaling), the towers, ``_gradient_checks`` (non-finite flags, health probes),
+   ``_optimizer_step`` (``SyncReplicasOptimizer`` for ``--sync``, batch-norm updates from the first
+   tower, Lookahead) and ``_training_summaries``; it evaluates and predicts with the metrics and
+   test-time augmentation (``_tta_probabilities``).
 
 Labels of -1 mark padding in the last evaluation batch: they get zero weight.
 """
@@ -220,7 +222,7 @@ def _training_spec(hp, features, labels, mode, config):
     """Towers, the schedule, the optimizer step and training summaries."""
     global_step = v1.train.get_or_create_global_step()
     done_at = progress_function(hp)
-    images = features
+    images, image_size = features, None
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
         progress = done_at(global_step) if hp.schedule.by_progress else None
         learning_rate = tf.identity(hp.schedule.learning_rate(global_step, progress), name=_op_name(LEARNING_RATE))
@@ -241,36 +243,51 @@ def _training_spec(hp, features, labels, mode, config):
         train_accuracy = tf.reduce_mean(correct, name=_op_name(TRAIN_ACCURACY))
         cross_entropy = tf.reduce_mean([o.cross_entropy for o in outputs], name=_op_name(CROSS_ENTROPY))
         gradvars = average_gradients([o.grads_and_vars for o in outputs])
-        if hp.precision != Precision.FP16:
-            nonfinite.add_gradient_flags(gradvars)
-        if hp.health_checks != HealthAction.OFF:
-            probes.add(
-                gradvars,
-                learning_rate,
-                hp.weight_decay,
-                first_model.scaled_input,
-                first_model.relu_outputs,
-                hp.data_format,
-                features,
-                labels,
-            )
+        _gradient_checks(hp, gradvars, learning_rate, first_model, features, labels)
         train_op, training_hooks = _optimizer_step(hp, scaled, gradvars, update_ops, global_step, done_at, config)
-        # v1 summary tags are op-name scopes; a scope of their own keeps them
-        # from colliding with the named tensors above ("learning_rate_1").
-        with tf.name_scope("train"):
-            v1.summary.scalar("learning_rate", learning_rate)
-            v1.summary.scalar("accuracy", train_accuracy)
-            v1.summary.scalar("cross_entropy", cross_entropy)
-            if hp.image_sizes is not None:
-                v1.summary.scalar("image_size", image_size)
-            v1.summary.image("images", tf.cast(features[:3], tf.uint8), max_outputs=3)
-            if scaled is not base:
+        if scaled is not base:
+            with tf.name_scope(_TRAINING_SUMMARIES):  # train/loss_scale, train/skipped_steps
                 train_op = _count_skipped_steps(train_op, gradvars, scaled)
-        if hp.histograms:
-            _histograms(gradvars)
+        _training_summaries(hp, features, gradvars, learning_rate, train_accuracy, cross_entropy, image_size)
     return tf.estimator.EstimatorSpec(
         mode, loss=loss, predictions=predictions, train_op=train_op, training_hooks=training_hooks
     )
+
+
+# v1 summary tags are op-name scopes; a scope of their own keeps them from colliding with the named tensors
+# ("learning_rate_1"), and the trailing slash re-enters that one scope, never a "train_1".
+_TRAINING_SUMMARIES = "train/"
+
+
+def _gradient_checks(hp, gradvars, learning_rate, first_model, features, labels):
+    """What watches the gradients: the non-finite flags (fp16's loss scaling has its own) and the health
+    rules' probes of the first tower."""
+    if hp.precision != Precision.FP16:
+        nonfinite.add_gradient_flags(gradvars)
+    if hp.health_checks != HealthAction.OFF:
+        probes.add(
+            gradvars,
+            learning_rate,
+            hp.weight_decay,
+            first_model.scaled_input,
+            first_model.relu_outputs,
+            hp.data_format,
+            features,
+            labels,
+        )
+
+
+def _training_summaries(hp, features, gradvars, learning_rate, train_accuracy, cross_entropy, image_size):
+    """TensorBoard's training scalars, a few of the batch's images, and each layer's histograms."""
+    with tf.name_scope(_TRAINING_SUMMARIES):
+        v1.summary.scalar("learning_rate", learning_rate)
+        v1.summary.scalar("accuracy", train_accuracy)
+        v1.summary.scalar("cross_entropy", cross_entropy)
+        if image_size is not None:
+            v1.summary.scalar("image_size", image_size)
+        v1.summary.image("images", tf.cast(features[:3], tf.uint8), max_outputs=3)
+    if hp.histograms:
+        _histograms(gradvars)
 
 
 def _optimizer_step(hp, optimizer, gradvars, update_ops, global_step, done_at, config):
