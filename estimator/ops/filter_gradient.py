@@ -189,11 +189,12 @@ class Measured(Recorded):
     what was chosen kept in ``plan`` (``Recorded``'s form).
 
     A map is not timed where the sides already decided for the same convolution and batch settle it:
-    the matrix products' time grows faster with the map than TensorFlow's kernel (measured on a Zen 5
-    at batch 512: their ratio rose with every side, from 0.16 at 1x1 to 1.00 at 8x8 for 256 channels,
-    0.28 to 1.16 for 128; docs/speed.md), so a side below one where they won wins too, and a side above
-    one where they lost loses. Asked from the largest map down, a first run times two or three sides of a
-    convolution instead of each one."""
+    the matrix products' time grows faster with the map than TensorFlow's kernel (on a Zen 5 at batch
+    512 their ratio rose with the side, give or take noise, from 0.17 at 1x1 to 0.97 at 8x8 for 256
+    channels and 0.24 to 1.24 for 128, and no side won between two that lost:
+    ``benchmarks.filter_gradient_speed --sweep``, docs/speed.md), so a side below one where they won
+    wins too, and a side above one where they lost loses. Asked from the largest map down, a first run
+    times two or three sides of a convolution instead of each one."""
 
     def __init__(self, cache_dir: str = None, cpu=None, choose_fn=None):
         super().__init__()
