@@ -258,6 +258,15 @@ def test_tta_views_are_planned_within_the_ends_share_and_dropped_when_they_no_lo
     # Never beyond the plan, however much time is left.
     slow.clock.now = slow.deadline - 200.0
     assert slow.views_that_fit(slow.clock()) == (["flip"], ["translations"])
+    # Training ended on time and the final export took 5 s of the end's 8 fixed ones: those are not
+    # counted again (28 s left hold the 25 s of plain and flip and the 3 fixed still to come); a 6 s stall
+    # after the 8 fixed ones is.
+    slow.clock.now = slow.deadline - slow.final_secs()
+    slow.end_training()
+    slow.clock.now += 5.0
+    assert slow.views_that_fit(slow.clock()) == (["flip"], ["translations"])
+    slow.clock.now += 9.0
+    assert slow.views_that_fit(slow.clock()) == ([], ["flip", "translations"])
     # The plain evaluation alone past the share: no optional view is planned, the plain one still runs.
     tiny = planner(Clock(), budget=60.0, final_images=10000, fixed=8.0, views=views)
     tiny.begin(0)
