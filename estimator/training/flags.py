@@ -242,21 +242,20 @@ def markdown_table() -> str:
     for group in settings.GROUPS:
         rows.append("| **%s** | | |" % group.title)
         for f, declared, kind in declared_flags:
-            if declared.group != group.key:
-                continue
-            choices = _choices(declared, kind)
-            shape = (
-                ""
-                if kind is bool
-                else " " + ("\\|".join(map(str, choices)) if choices else _argument(f, declared, kind)["metavar"])
-            )
-            if declared.item is not None:
-                shape += " ..."
-            note = declared.range.describe() if declared.range else ""
-            text = declared.help + (" Values: %s." % note if note else "")
-            default = _default_shown(f, declared) or ("required" if declared.required else "")
-            rows.append("| `%s%s` | %s | %s |" % (flag_name(f.name), shape, default, text.replace("|", "\\|")))
+            if declared.group == group.key:
+                text = declared.help + (" Values: %s." % declared.range.describe() if declared.range else "")
+                default = _default_shown(f, declared) or ("required" if declared.required else "")
+                rows.append("| `%s` | %s | %s |" % (_usage(f, declared, kind), default, text.replace("|", "\\|")))
     return "\n".join(rows) + "\n"
+
+
+def _usage(f, declared, kind) -> str:
+    """A flag as the docs' table spells it: ``--momentum X``, ``--precision fp32\\|bf16...``, ``--nesterov``."""
+    if kind is bool:
+        return flag_name(f.name)
+    choices = _choices(declared, kind)
+    value = "\\|".join(map(str, choices)) if choices else _argument(f, declared, kind)["metavar"]
+    return "%s %s%s" % (flag_name(f.name), value, " ..." if declared.item is not None else "")
 
 
 def given_flags(argv) -> set:
