@@ -646,3 +646,21 @@ def test_the_budget_counts_from_the_process_start_the_kernel_records(tmp_path):
 
     assert seconds_since_start() > 0
     assert abs(processes.started_at() - (clock.monotonic() - seconds_since_start())) <= 0.05  # 10 ms ticks
+
+
+def test_the_end_reserve_benchmark_reads_recorded_runs_and_what_a_cut_would_do(tmp_path, capsys):
+    from benchmarks import end_reserve
+
+    run = {"time_budget_secs": 300.0, "wall_seconds": 294.0, "final_secs_reserved": 20.0, "final_secs": 15.0}
+    nested = {"native": {"runs": [run, dict(run, wall_seconds=None)]}}  # the second: no whole-command time
+    (tmp_path / "a.json").write_text(json.dumps(nested))
+    (tmp_path / "b.json").write_text(json.dumps([dict(run, final_secs=19.5, wall_seconds=299.0)]))
+    runs = end_reserve.recorded_runs(str(tmp_path))
+    assert [name for name, _ in runs] == ["a.json", "b.json"]
+    # 5 s unused: a cut of 3 s ends at 297 s; of 6 s, at 299 s (the views that no longer fit are dropped).
+    assert end_reserve.with_cut(run, 3.0) == -3.0 and end_reserve.with_cut(run, 6.0) == -1.0
+    assert end_reserve.with_cut(runs[1][1], 3.0) == pytest.approx(-0.5)  # only 0.5 s was left unused
+    assert end_reserve.main(["--results", str(tmp_path), "--cuts", "3"]) == 0
+    assert "2 runs; the end's reserve left unused: least 0.50 s" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        end_reserve.main(["--results", str(tmp_path / "none")])
