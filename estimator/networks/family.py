@@ -57,14 +57,21 @@ class Member:
 # Forward MFLOP per image: TensorFlow's profiler (``registry.forward_flops``; a test checks them).
 MEMBERS = (
     Member("airbench94 x0.25", 2, 0.25, 2, 0, 20.7, efficiency=0.73),
+    # Between the members above and below (each costs about 3x the one before it), so that a budget on a
+    # CPU between the fast and the slow ones finds a member that fits it. x0.375 is much less efficient in
+    # bf16 (0.62) than in fp32 (0.82) on a Zen 5 (docs/speed.md): its efficiency is the two's middle.
+    Member("airbench94 x0.375", 2, 0.375, 2, 0, 40.7, efficiency=0.72),
     Member("airbench94 x0.5", 2, 0.5, 2, 0, 67.4),
+    Member("airbench94 x0.75", 2, 0.75, 2, 0, 140.7, efficiency=1.13),
     Member("airbench94", 2, 1.0, 2, 0, 240.7, efficiency=1.18),
     Member("airbench96", 3, 1.0, 4, 12, 328.3, efficiency=1.18),
 )
 # -- the table (benchmarks/results/network_table*.json) --
 TABLE = {
     "airbench94 x0.25": ((2, 0.6968), (4, 0.7878), (8, 0.8195), (16, 0.8338)),
+    "airbench94 x0.375": ((2, 0.7552), (4, 0.8149), (8, 0.849), (16, 0.8621), (32, 0.8709)),
     "airbench94 x0.5": ((1, 0.6478), (2, 0.7734), (4, 0.8301), (8, 0.8565), (16, 0.8737)),
+    "airbench94 x0.75": ((2, 0.7944), (4, 0.8461), (8, 0.8737), (16, 0.8923)),
     "airbench94": ((1, 0.7067), (2, 0.8037), (4, 0.8573), (8, 0.8846), (16, 0.9021)),
     "airbench96": ((16, 0.8988), (41, 0.9129)),
 }
@@ -80,6 +87,9 @@ ASSUMED = "assumed: the slowest CPU measured (no probe in this budget)"
 # How far an estimated speed may be from the truth, either way: the efficiencies measured on the CPU kinds
 # of docs/speed.md lie within 8% of the table's.
 ESTIMATE_SPREAD = 1.25
+# Members timed besides the reference, at most: with six members, neighbours' estimates often overlap, and
+# timing two of them took a first run on a simulated AVX2-only EPYC past the 10 s its probes may cost.
+TIMED_AT_MOST = 1
 # Of the budget, what training gets in the estimate of the epochs each member affords: the end's
 # bounded share (time_budget.FINAL_SHARE) and the start-up (building graphs, probes) left out.
 TRAINING_SHARE = 0.85
@@ -135,9 +145,9 @@ def training_epochs(budget_secs: float, images_per_sec: float, num_train_example
 def worth_timing(budget_secs, rates, num_train_examples, step_cost=1.0, table=None) -> list:
     """The members whose speed is estimated (``rates``, as ``choose`` takes them) and that could still be
     the most accurate, or lose that place, if their speed were anywhere within ``ESTIMATE_SPREAD`` of the
-    estimate: the ones worth timing. A member that wins or loses at either end of its range is left
-    estimated: timing it would cost the budget seconds (36 s for airbench94 on an AVX2-only EPYC) and
-    change nothing."""
+    estimate: the ones worth timing, at most ``TIMED_AT_MOST``, those that could do best first. A member
+    that wins or loses at either end of its range is left estimated: timing it would cost the budget
+    seconds (36 s for airbench94 on an AVX2-only EPYC) and change nothing."""
 
     def accuracy(rate):
         value = expected_accuracy(name, training_epochs(budget_secs, rate, num_train_examples, step_cost), table)
@@ -153,7 +163,7 @@ def worth_timing(budget_secs, rates, num_train_examples, step_cost=1.0, table=No
         top_other = max((hi for other, (_, hi) in bounds.items() if other != name), default=-1.0)
         if low != high and high >= 0 and high >= best_other and low <= top_other:
             uncertain.append(name)
-    return uncertain
+    return sorted(uncertain, key=lambda name: -bounds[name][1])[:TIMED_AT_MOST]
 
 
 def choose(budget_secs, rates, num_train_examples, step_cost=1.0, table=None):
