@@ -29,6 +29,10 @@ from estimator.common.durations import flag as duration_flag
 BUSY_LOOP = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
 
+# Each budget's runs: the machine to itself, then the busy loop from --start-at.
+RUNS = ("alone", "competitor")
+
+
 class Competitor:
     """A busy loop on ``core`` from ``delay`` seconds after ``start()`` until ``stop()``."""
 
@@ -88,6 +92,13 @@ def main(argv=None):
     parser.add_argument(
         "--start-at", type=float, default=0.3, help="When the competitor starts, as a fraction of the budget."
     )
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        choices=RUNS,
+        default=list(RUNS),
+        help="Which runs per budget; a long budget's 'alone' may be a recipe's run already measured.",
+    )
     parser.add_argument("--job-root", default=None)
     parser.add_argument("--out", default="benchmarks/results/contention.json")
     args = parser.parse_args(argv)
@@ -98,7 +109,8 @@ def main(argv=None):
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for budget in args.budgets:
-            for name, compete_at in (("alone", None), ("competitor", args.start_at)):
+            for name in args.runs:
+                compete_at = args.start_at if name == "competitor" else None
                 job = os.path.join(args.job_root or tmp, "%gs-%s" % (budget, name))
                 row = dict(
                     run(os.path.abspath(args.recipe), os.path.abspath(args.data_dir), job, budget, compete_at), run=name
