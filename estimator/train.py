@@ -120,31 +120,11 @@ class Hooks:
     stop: object = None  # a resilience.SignalStop, or None
 
 
-# The test evaluation's optional views, in the order a time budget keeps them: the mirror image (flip
-# TTA: one more pass), then the 1-pixel translations of both (TTA: four more).
-FLIP_VIEW, TRANSLATIONS_VIEW = "flip", "translations"
-
-
-def evaluation_images(hp: hparams_lib.HParams):
-    """What the evaluations after training see, each view counted: ``(images always evaluated,
-    [(optional view, images)])``. The optional views are the test evaluation's TTA ones asked for."""
-    data = Cifar10DataSet(hp.data_dir, fmt.TEST)
-    test = data.num_examples_per_epoch(fmt.TEST)
-    always = test
-    if hp.validates:
-        always += (1 + int(hp.validation_flip_tta)) * data.num_examples_per_epoch(fmt.VALIDATION)
-    views = []
-    if hp.eval_flip_tta or hp.eval_tta:
-        views.append((FLIP_VIEW, test))
-    if hp.eval_tta:
-        views.append((TRANSLATIONS_VIEW, 4 * test))
-    return always, views
-
-
 def test_hparams(hp: hparams_lib.HParams, views) -> hparams_lib.HParams:
     """``hp`` for the test evaluation with only ``views`` of its optional ones."""
     return hp.replace(
-        eval_flip_tta=hp.eval_flip_tta and FLIP_VIEW in views, eval_tta=hp.eval_tta and TRANSLATIONS_VIEW in views
+        eval_flip_tta=hp.eval_flip_tta and time_budget.FLIP_VIEW in views,
+        eval_tta=hp.eval_tta and time_budget.TRANSLATIONS_VIEW in views,
     )
 
 
@@ -160,15 +140,14 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
         )
     probe = hp.precision_probe or {}
     guess = probe.get(hp.precision) or time_budget.GUESS_IMAGES_PER_SEC
-    speedup = time_budget.EVAL_SPEEDUP if hp.num_gpus else time_budget.CPU_EVAL_SPEEDUP
+    # Resolved with the configuration (training.speed_probes.network_speed): the time the final
+    # evaluations take here.
+    speedup = time_budget.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
     probe_rate = None
     if hp.speed_probe:
-        # Resolved with the configuration (training.speed_probes.network_speed): the time the final
-        # evaluations take here.
         speed = hp.speed_probe
         guess = speed["train"]
         ratio = speed["eval"] / speed["train"]
-        speedup = time_budget.MEASURED_EVAL_SPEEDUP_SHARE * ratio
         if speed.get("how") == "timed":
             probe_rate = speed["train"]  # one tower's batches: towers on the CPU share its cores
         logs.info(
@@ -180,7 +159,7 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
             speed.get("how", "timed"),
             speedup,
         )
-    always, views = evaluation_images(hp)
+    always, views = time_budget.evaluation_images(hp)
     return time_budget.Planner(
         hp.time_budget,
         processes.started_at(),
@@ -324,7 +303,7 @@ def _test_views(hp, planner):
     if planner is None:
         return hp, []
     kept, dropped = planner.views_that_fit(planner.clock())
-    dropped = [v for v in dropped if v in dict(evaluation_images(hp)[1])]
+    dropped = [v for v in dropped if v in dict(time_budget.evaluation_images(hp)[1])]
     if dropped:
         logs.info("time budget: test evaluation without the %s view(s): they do not fit", " and ".join(dropped))
     return test_hparams(hp, kept), dropped
@@ -367,7 +346,7 @@ def results_record(hp, test: dict, validation, dropped, examples_per_sec, train_
     for key in ("accuracy_flip_tta", "accuracy_tta"):
         if key in test:
             results[key] = float(test[key])
-    asked = [name for name, _ in evaluation_images(hp)[1]]
+    asked = [name for name, _ in time_budget.evaluation_images(hp)[1]]
     results["final_views"] = ["plain"] + [v for v in asked if v not in dropped]
     if dropped:
         results["final_views_dropped"] = dropped

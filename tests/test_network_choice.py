@@ -27,50 +27,69 @@ def test_expected_accuracy_is_interpolated_in_log_epochs_held_beyond_and_absent_
     assert family.expected_accuracy("airbench94 x0.25", 4, TABLE) is None  # not in this table
 
 
-def choice(budget, rates, **kw):
-    member, record = family.choose(budget, {k: (v, "timed") for k, v in rates.items()}, 50000, table=TABLE, **kw)
+def seconds(train_secs):
+    """Every member trains ``train_secs`` (the configuration's ``training_secs`` differ by speed)."""
+    return lambda rate: train_secs
+
+
+def choice(train_secs, rates, **kw):
+    timed = {k: (v, "timed") for k, v in rates.items()}
+    member, record = family.choose(300, timed, 50000, seconds(train_secs), table=TABLE, **kw)
     return member.name, record
 
 
 def test_a_fast_machine_takes_a_larger_member_and_a_slow_one_a_smaller():
-    # 300 s: 240 s of training (0.85 x 300 - 15). Slow: 800 and 220 images/s give 3.8 and 1.1 epochs.
+    # 240 s of training. Slow: 800 and 220 images/s give 3.8 and 1.1 epochs.
     slow = {"airbench94 x0.5": 800.0, "airbench94": 220.0, "airbench96": 160.0}
-    name, record = choice(300, slow)
+    name, record = choice(240, slow)
     assert name == "airbench94 x0.5" and record["training_secs_estimated"] == 240.0
     by_name = {c["member"]: c for c in record["candidates"]}
     assert by_name["airbench94 x0.5"]["epochs"] == pytest.approx(3.84)
+    assert by_name["airbench94 x0.5"]["training_secs"] == 240.0
     assert by_name["airbench96"]["expected_accuracy"] is None  # 0.77 epochs: below its table
     # Fast: 4,000 and 1,400 images/s give 19.2 and 6.7 epochs: the larger member wins.
     fast = {"airbench94 x0.5": 4000.0, "airbench94": 1400.0, "airbench96": 1000.0}
-    assert choice(300, fast)[0] == "airbench94"
-    # 30 minutes on the fast machine: airbench96's 30 epochs beat airbench94's 42 (held at 0.90).
-    assert choice(1800, fast)[0] == "airbench96"
+    assert choice(240, fast)[0] == "airbench94"
+    # Six times the training on the fast machine: airbench96's 30 epochs beat airbench94's 42 (held at 0.90).
+    assert choice(1515, fast)[0] == "airbench96"
     # With progressive resizing each step costs less: more epochs in the same time.
-    _, cheaper = choice(300, fast, step_cost=0.5)
+    _, cheaper = choice(240, fast, step_cost=0.5)
     assert cheaper["candidates"][0]["epochs"] == pytest.approx(2 * 19.2)
     # Below every member's table: the fastest.
-    name, record = choice(60, {"airbench94": 220.0, "airbench96": 160.0})
+    name, record = choice(36, {"airbench94": 220.0, "airbench96": 160.0})
     assert name == "airbench94" and record["why"].startswith("no member reaches")
 
 
+def test_each_member_is_counted_the_training_its_own_end_leaves():
+    """A slower member's end (its evaluations) takes longer: the training seconds are a function of its
+    speed, and the choice follows them. Fast: airbench94's 6.7 epochs in 240 s (0.862) beat x0.5's 19.2
+    (held at 0.86); with its end 40 s longer, its 5.6 epochs (0.855) lose."""
+    fast = {"airbench94 x0.5": (4000.0, "timed"), "airbench94": (1400.0, "timed")}
+    member, record = family.choose(300, fast, 50000, lambda rate: 240.0 if rate > 2000 else 200.0, table=TABLE)
+    by_name = {c["member"]: c for c in record["candidates"]}
+    assert member.name == "airbench94 x0.5" and by_name["airbench94"]["training_secs"] == 200.0
+    assert by_name["airbench94"]["epochs"] == pytest.approx(5.6) and record["training_secs_estimated"] == 240.0
+    assert family.choose(300, fast, 50000, seconds(240.0), table=TABLE)[0].name == "airbench94"
+
+
 def test_only_members_whose_estimate_leaves_the_choice_open_are_timed():
-    def open_ones(budget, reference, **estimates):
+    def open_ones(train_secs, reference, **estimates):
         rates = {"airbench94 x0.5": (reference, "timed")}
         rates.update({name.replace("_", " "): (rate, "estimated") for name, rate in estimates.items()})
-        return family.worth_timing(budget, rates, 50000, table=TABLE)
+        return family.worth_timing(rates, 50000, seconds(train_secs), table=TABLE)
 
     # 240 s of training. Slow: the reference's 3.84 epochs expect 0.794; airbench94 at 220 images/s even
     # 1.25x faster (1.32 epochs) expects 0.608, airbench96 nothing: both lose at either end, untimed.
-    assert open_ones(300, 800.0, airbench94=220.0, airbench96=160.0) == []
+    assert open_ones(240, 800.0, airbench94=220.0, airbench96=160.0) == []
     # Fast: airbench94's 6.7 epochs expect 0.853-0.872 within the spread, the reference 0.86: timed.
-    assert open_ones(300, 4000.0, airbench94=1400.0, airbench96=1000.0) == ["airbench94"]
+    assert open_ones(240, 4000.0, airbench94=1400.0, airbench96=1000.0) == ["airbench94"]
     # Both open (airbench96 at 1,700: 6.5-10.2 epochs, below its table up to 0.887): one is timed, the one
     # that could do best.
-    assert open_ones(300, 4000.0, airbench94=1400.0, airbench96=1700.0) == ["airbench96"]
-    # 30 minutes: airbench96 (24-38 epochs: 0.908-0.92) beats airbench94's 0.90 at either end: it wins
+    assert open_ones(240, 4000.0, airbench94=1400.0, airbench96=1700.0) == ["airbench96"]
+    # 1,515 s: airbench96 (24-38 epochs: 0.908-0.92) beats airbench94's 0.90 at either end: it wins
     # from its estimate, and neither is timed.
-    assert open_ones(1800, 4000.0, airbench94=1400.0, airbench96=1000.0) == []
-    assert family.worth_timing(300, {"airbench94 x0.5": (800.0, "timed")}, 50000, table=TABLE) == []
+    assert open_ones(1515, 4000.0, airbench94=1400.0, airbench96=1000.0) == []
+    assert family.worth_timing({"airbench94 x0.5": (800.0, "timed")}, 50000, seconds(240), table=TABLE) == []
     m = family.member("airbench94")
     assert family.estimated_rate("airbench94", 1000.0) == pytest.approx(1000.0 * 67.4 / 240.7 * m.efficiency)
 

@@ -90,10 +90,6 @@ ESTIMATE_SPREAD = 1.3
 # Members timed besides the reference, at most: with six members, neighbours' estimates often overlap, and
 # timing two of them took a first run on a simulated AVX2-only EPYC past the 10 s its probes may cost.
 TIMED_AT_MOST = 1
-# Of the budget, what training gets in the estimate of the epochs each member affords: the end's
-# bounded share (time_budget.FINAL_SHARE) and the start-up (building graphs, probes) left out.
-TRAINING_SHARE = 0.85
-STARTUP_SECS = 15.0
 
 
 def member(name: str) -> Member:
@@ -136,13 +132,12 @@ def probe_batch(name: str, batch: int) -> int:
     return batch
 
 
-def training_epochs(budget_secs: float, images_per_sec: float, num_train_examples: int, step_cost=1.0) -> float:
-    """Epochs a member training at ``images_per_sec`` (full-size steps) affords in ``budget_secs``."""
-    train_secs = max(0.0, budget_secs * TRAINING_SHARE - STARTUP_SECS)
+def training_epochs(train_secs: float, images_per_sec: float, num_train_examples: int, step_cost=1.0) -> float:
+    """Epochs a member training at ``images_per_sec`` (full-size steps) affords in ``train_secs``."""
     return train_secs * images_per_sec / step_cost / num_train_examples
 
 
-def worth_timing(budget_secs, rates, num_train_examples, step_cost=1.0, table=None) -> list:
+def worth_timing(rates, num_train_examples, training_secs, step_cost=1.0, table=None) -> list:
     """The members whose speed is estimated (``rates``, as ``choose`` takes them) and that could still be
     the most accurate, or lose that place, if their speed were anywhere within ``ESTIMATE_SPREAD`` of the
     estimate: the ones worth timing, at most ``TIMED_AT_MOST``, those that could do best first. A member
@@ -150,7 +145,8 @@ def worth_timing(budget_secs, rates, num_train_examples, step_cost=1.0, table=No
     seconds (36 s for airbench94 on an AVX2-only EPYC) and change nothing."""
 
     def accuracy(rate):
-        value = expected_accuracy(name, training_epochs(budget_secs, rate, num_train_examples, step_cost), table)
+        epochs = training_epochs(training_secs(rate), rate, num_train_examples, step_cost)
+        value = expected_accuracy(name, epochs, table)
         return -1.0 if value is None else value
 
     bounds = {}
@@ -166,7 +162,7 @@ def worth_timing(budget_secs, rates, num_train_examples, step_cost=1.0, table=No
     return sorted(uncertain, key=lambda name: -bounds[name][1])[:TIMED_AT_MOST]
 
 
-def choose(budget_secs, rates, num_train_examples, step_cost=1.0, table=None):
+def choose(budget_secs, rates, num_train_examples, training_secs, step_cost=1.0, table=None):
     """The member expected to be most accurate in ``budget_secs``, and the figures behind the choice.
 
     Args:
@@ -174,6 +170,8 @@ def choose(budget_secs, rates, num_train_examples, step_cost=1.0, table=None):
       rates: ``{member name: (training images/s in the job's precision, how it was had: "timed" or
         "estimated")}`` for the candidates (flags given by hand leave some out).
       num_train_examples: images in an epoch.
+      training_secs: ``images/s -> seconds`` of the budget left to train a member that fast
+        (``time_budget.training_secs``: the start-up and the end's reserve at that speed left out).
       step_cost: the mean cost of a training step relative to a full-size one (``--progressive-resize``).
 
     Returns:
@@ -185,13 +183,15 @@ def choose(budget_secs, rates, num_train_examples, step_cost=1.0, table=None):
         if m.name not in rates:
             continue
         rate, how = rates[m.name]
-        epochs = training_epochs(budget_secs, rate, num_train_examples, step_cost)
+        train_secs = training_secs(rate)
+        epochs = training_epochs(train_secs, rate, num_train_examples, step_cost)
         expected = expected_accuracy(m.name, epochs, table)
         candidates.append(
             {
                 "member": m.name,
                 "images_per_sec": round(rate, 1),
                 "speed": how,
+                "training_secs": round(train_secs, 1),
                 "epochs": round(epochs, 2),
                 "expected_accuracy": None if expected is None else round(expected, 4),
             }
@@ -210,7 +210,7 @@ def choose(budget_secs, rates, num_train_examples, step_cost=1.0, table=None):
         "member": best["member"],
         "why": why,
         "budget_secs": budget_secs,
-        "training_secs_estimated": round(max(0.0, budget_secs * TRAINING_SHARE - STARTUP_SECS), 1),
+        "training_secs_estimated": best["training_secs"],
         "candidates": candidates,
     }
     return member(best["member"]), record

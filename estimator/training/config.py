@@ -31,7 +31,7 @@ from estimator.common import machine, storage, tensor_names
 from estimator.common.options import DataFormat, EvalPolicy, Network, Precision
 from estimator.data import records as fmt
 from estimator.data.pipeline import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
-from estimator.training import devices, flags
+from estimator.training import devices, flags, time_budget
 from estimator.training import hparams as hparams_lib
 
 HPARAMS_FILE = "hparams.json"
@@ -258,8 +258,14 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
             continue  # a shape given by hand narrows the family
         rate = speeds[reference.name]["train"]
         rates[m.name] = (rate, "timed") if m.name in timed else (family.estimated_rate(m.name, rate), estimated)
+    always, views = time_budget.evaluation_images(hp)
+    eval_speedup = time_budget.planned_eval_speedup(speeds[reference.name], on_gpu=bool(hp.num_gpus))
+
+    def training_secs(rate):  # each member's end at its own speed (the reference's evaluation ratio)
+        return time_budget.training_secs(hp.time_budget, rate, always, views, eval_speedup)
+
     if measure:
-        for name in family.worth_timing(hp.time_budget, rates, hp.num_train_examples, step_cost):
+        for name in family.worth_timing(rates, hp.num_train_examples, training_secs, step_cost):
             batch = family.probe_batch(name, hp.train_batch_size)
             probe_hp = member_hp(family.member(name), chosen).replace(
                 train_batch_size=batch, eval_batch_size=min(batch, hp.eval_batch_size)
@@ -267,7 +273,7 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
             speeds[name] = speed_probes.network_speed(probe_hp, cpu=cpu)
             rates[name] = (speeds[name]["train"], "timed")
             timed.add(name)
-    member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, step_cost=step_cost)
+    member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, training_secs, step_cost=step_cost)
     record["precision"] = str(chosen)
     if member.name in timed:
         speed = dict(speeds[member.name], how="timed")

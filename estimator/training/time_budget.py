@@ -78,6 +78,14 @@ FINAL_SHARE = 0.15
 END_TOLERANCE_SECS = 1.0
 # The end's reserve follows the training speed down to this factor below the best measured.
 BURST_FACTOR = 2.0
+# What passes before training's first step of a first run: the interpreter and TensorFlow, the
+# configuration's probes, the training graph. The budget less this and the end's reserve is what training
+# gets (``training_secs``): 1.5-13.6 s less than every budgeted run of the six-member family trained (Zen 5,
+# native and held to AVX2, 90 s to 30 minutes, first runs and cached: benchmarks/results/*family6*.json).
+STARTUP_SECS = 15.0
+# The test evaluation's optional views, in the order a time budget keeps them: the mirror image (flip
+# TTA: one more pass), then the 1-pixel translations of both (TTA: four more).
+FLIP_VIEW, TRANSLATIONS_VIEW = "flip", "translations"
 
 
 @dataclass(frozen=True)
@@ -392,6 +400,54 @@ class Planner:
         self.state.progress = self.plan.progress(step) if self.plan else self.state.progress
         self.state.used_secs = round(self.earlier_secs + (self.clock() - self.start), 3)
         return self.state
+
+
+def evaluation_images(hp):
+    """What the evaluations after training see, each view counted: ``(images always evaluated,
+    [(optional view, images)])``. The optional views are the test evaluation's TTA ones asked for."""
+    from estimator.data import records as fmt
+    from estimator.data.pipeline import Cifar10DataSet
+
+    data = Cifar10DataSet(hp.data_dir, fmt.TEST)
+    test = data.num_examples_per_epoch(fmt.TEST)
+    always = test
+    if hp.validates:
+        always += (1 + int(hp.validation_flip_tta)) * data.num_examples_per_epoch(fmt.VALIDATION)
+    views = []
+    if hp.eval_flip_tta or hp.eval_tta:
+        views.append((FLIP_VIEW, test))
+    if hp.eval_tta:
+        views.append((TRANSLATIONS_VIEW, 4 * test))
+    return always, views
+
+
+def planned_eval_speedup(speed, on_gpu: bool) -> float:
+    """Evaluation images/s over training's, as the plan takes it: ``speed``'s ratio (``HParams.speed_probe``:
+    ``{"train", "eval"}`` images/s, timed or estimated) with ``MEASURED_EVAL_SPEEDUP_SHARE``'s margin, else
+    the guess for the device (None: nothing was measured)."""
+    if speed:
+        return MEASURED_EVAL_SPEEDUP_SHARE * speed["eval"] / speed["train"]
+    return EVAL_SPEEDUP if on_gpu else CPU_EVAL_SPEEDUP
+
+
+def training_secs(budget_secs: float, images_per_sec: float, final_images: int, optional_views=(), eval_speedup=None):
+    """Seconds of training ``budget_secs`` leaves a network that trains ``images_per_sec`` full-size images:
+    the budget less ``STARTUP_SECS`` and the end's reserve as ``Planner`` keeps it at that speed (the
+    images always evaluated, the optional views that fit ``FINAL_SHARE``, the fixed costs). What
+    ``--network auto`` counts each member's epochs in: a slower member's end takes longer (85% of the
+    budget less 15 s, the estimate this replaced, put a 30-minute run at 1,515 s of training; it trained
+    1,756)."""
+    planner = Planner(
+        budget_secs,
+        0.0,
+        BudgetState(budget_secs),
+        1,
+        final_images,
+        guess_images_per_sec=images_per_sec,
+        eval_speedup=CPU_EVAL_SPEEDUP if eval_speedup is None else eval_speedup,
+        optional_views=tuple(optional_views),
+    )
+    return max(0.0, budget_secs - STARTUP_SECS - planner.final_secs())
 
 
 def progress_tensor(global_step):
