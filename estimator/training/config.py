@@ -262,7 +262,7 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
     eval_speedup = time_budget.planned_eval_speedup(speeds[reference.name], on_gpu=bool(hp.num_gpus))
 
     def training_secs(rate):  # each member's end at its own speed (the reference's evaluation ratio)
-        return time_budget.training_secs(hp.time_budget, rate, always, views, eval_speedup)
+        return time_budget.training_secs(hp.time_budget, rate, always, views, eval_speedup=eval_speedup)
 
     if measure:
         for name in family.worth_timing(rates, hp.num_train_examples, training_secs, step_cost):

@@ -430,10 +430,11 @@ def planned_eval_speedup(speed, on_gpu: bool) -> float:
     return EVAL_SPEEDUP if on_gpu else CPU_EVAL_SPEEDUP
 
 
-def training_secs(budget_secs: float, images_per_sec: float, final_images: int, optional_views=(), eval_speedup=None):
+def training_secs(budget_secs: float, images_per_sec: float, final_images: int, optional_views=(), *, eval_speedup):
     """Seconds of training ``budget_secs`` leaves a network that trains ``images_per_sec`` full-size images:
     the budget less ``STARTUP_SECS`` and the end's reserve as ``Planner`` keeps it at that speed (the
-    images always evaluated, the optional views that fit ``FINAL_SHARE``, the fixed costs). What
+    images always evaluated, the optional views that fit ``FINAL_SHARE``, the fixed costs), evaluation
+    running ``eval_speedup`` times training's images/s (``planned_eval_speedup``). What
     ``--network auto`` counts each member's epochs in: a slower member's end takes longer (85% of the
     budget less 15 s, the estimate this replaced, put a 30-minute run at 1,515 s of training; it trained
     1,756)."""
@@ -444,7 +445,7 @@ def training_secs(budget_secs: float, images_per_sec: float, final_images: int, 
         1,
         final_images,
         guess_images_per_sec=images_per_sec,
-        eval_speedup=CPU_EVAL_SPEEDUP if eval_speedup is None else eval_speedup,
+        eval_speedup=eval_speedup,
         optional_views=tuple(optional_views),
     )
     return max(0.0, budget_secs - STARTUP_SECS - planner.final_secs())
