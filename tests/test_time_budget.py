@@ -117,6 +117,20 @@ def test_re_plans_end_training_at_the_deadline_and_use_the_budget():
     assert 290 - 1 / 8.0 - 0.5 <= clock.now <= 290
 
 
+def test_a_small_late_drift_is_still_re_planned_so_training_ends_at_its_deadline():
+    clock = Clock()
+    p = planner(clock, budget=1000.0, fixed=10.0)
+    p.begin(0)
+    plans = []
+    run_steps(p, clock, 1, 4800, 8.0, plans)  # 600 s
+    planned = p.plan.total_steps
+    # 0.9% faster from here on: 27 steps (3.4 s) more fit, within 1% of the 7,920-step plan, and beyond
+    # 1% of the steps left once fewer than 2,700 are: training re-plans and ends at its deadline (990 s).
+    last = run_steps(p, clock, 4801, 100000, 8.07, plans)
+    assert planned == 7920 and last == p.plan.total_steps > planned + 20 and not p.stopped_early
+    assert 990 - 1 / 8.07 - 0.5 <= clock.now <= 990
+
+
 def run_resized(step_cost, full_steps_per_sec=4.0, budget=300.0, exponent=2.0, start=24, slow_from=None):
     """A simulated run of ``--progressive-resize 24``: each step takes the time of its size (at the
     progress of the plan the graph holds) at ``full_steps_per_sec`` full-size steps/s, a step's time
