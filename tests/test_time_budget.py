@@ -306,6 +306,22 @@ def test_tta_views_are_planned_within_the_ends_share_and_dropped_when_they_no_lo
     assert tiny.planned_views() == [] and tiny.final_secs() == pytest.approx(8.0 + 12.5)
 
 
+def test_the_step_that_crosses_trainings_deadline_does_not_drop_a_planned_view():
+    """Training ends with the step that crosses its deadline: at 0.5 steps/s up to 2 s into the end's
+    reserve (a 30-minute run held to AVX2 with a core taken, at 0.32 steps/s, ended 2.3 s late, dropped its
+    translations and left 75 s of its budget unused). Within a step the planned views still run; beyond
+    it, they are dropped as before."""
+    views = [("flip", 10000), ("translations", 40000)]
+    p = planner(Clock(), budget=1800.0, final_images=10000, fixed=8.0, speedup=40.0, views=views)
+    p.begin(0)
+    run_steps(p, p.clock, 1, 100, 0.5, [])
+    assert p.planned_views() == ["flip", "translations"] and p.final_secs() == pytest.approx(8.0 + 30.0)
+    p.clock.now = p.training_deadline() + 1.9
+    assert p.views_that_fit(p.clock()) == (["flip", "translations"], [])
+    p.clock.now = p.training_deadline() + 2.5
+    assert p.views_that_fit(p.clock()) == (["flip"], ["translations"])
+
+
 def test_the_test_evaluations_views_are_counted_once():
     from estimator import train
     from tests.helpers import hp
@@ -437,6 +453,8 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
     assert results["final_secs_reserved"] >= time_budget.FINAL_FIXED_SECS
     assert budget["used_secs"] + results["final_secs_reserved"] >= 0.9 * 40.0, (budget, results)
     assert results["evaluation_speedup"] > 1 and results["training_setup_secs"] > 0, results
+    # The end's time as recorded (final_secs, wall_secs) includes the pictures: curves.png comes first.
+    assert os.path.getmtime(os.path.join(job, "curves.png")) <= os.path.getmtime(os.path.join(job, "results.json"))
     assert results["planned_steps"] == results["replans"][0]["planned_steps"] > 0
     assert results["global_step"] >= 0.9 * results["replans"][-1]["planned_steps"]
     assert "budget left" in out and "time budget: planned at step" in out
