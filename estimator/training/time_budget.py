@@ -62,8 +62,8 @@ MEASURED_EVAL_SPEEDUP_SHARE = 0.9
 # restoring checkpoints, the final export, pictures and curves.png, and the process's exit after
 # results.json (1.4-1.8 s with a core taken). At 4.5 s, two runs with a core taken spent their whole end's
 # reserve (the evaluation's margin too) and ended 1.0 s (an hour, native) and 1.1 s (30 minutes held to
-# AVX2) past their budget; 1 s more puts all 104 budgeted runs the benchmarks
-# recorded (Xeon with AMX, Zen 5, either held to AVX2; 90 s to an hour) within it, the latest 0.1 s past
+# AVX2) past their budget; 1 s more puts all 104 budgeted runs the benchmarks recorded (Xeon with AMX,
+# Zen 5, either held to AVX2; 90 s to an hour) within +1 s of it, the latest 0.1 s past
 # (``python -m benchmarks.end_reserve --cuts -1``). At 8 s every run left 5 s or more unused.
 FINAL_FIXED_SECS = 5.5
 # The training speed assumed for the first steps, before any is measured (a 2-core CPU's
