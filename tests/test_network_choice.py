@@ -256,7 +256,7 @@ class SlowCpu:
         from estimator.common import machine
         from estimator.training import speed_probes
 
-        self.timed.append((hp.width_multiplier, hp.group_depth))
+        self.timed.append((hp.width_multiplier, hp.group_depth, hp.train_batch_size, evaluate))
         rate = self.TRAIN[hp.width_multiplier] * (0.7 if hp.group_depth == 3 else 1.0)
         self.clock += 1.0  # building the graph
         bounds = dict(steps=speed_probes.PROBE_STEPS, clock=lambda: self.clock)
@@ -318,6 +318,11 @@ def test_a_first_run_on_the_slowest_cpu_chooses_in_seconds_on_a_simulated_clock(
     expected = {"5m": "airbench94 x0.375", "30m": "airbench94 x0.75"}[budget]
     assert member.name == expected and speed["train"] == pytest.approx(by_name[expected]["images_per_sec"], abs=0.1)
     assert speed["eval"] == pytest.approx(3.4 * speed["train"], rel=0.01)
+    # Only the reference's evaluation is timed (beside its training, at the job's batches): the other
+    # member's training alone, at 128 images a step, its evaluation planned at the reference's ratio.
+    width = {"5m": 0.375, "30m": 0.75}[budget]
+    assert cpu.timed == [(0.5, 2, 512, True), (width, 2, 512 if width < 0.5 else 128, False)]
+    assert speed["how"] == "timed" and speed["eval_how"] == "at airbench94 x0.5's ratio to training"
     # The same command again: everything it timed is cached, nothing is timed.
     before = cpu.clock
     assert config._measure_and_choose(hp, EPYC, given)[0] == member and cpu.clock == before

@@ -547,6 +547,35 @@ def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
         speed_probes.choose(small, cpu=amx, timer=no_timing, cache_file=cache)
 
 
+def test_precision_auto_times_fp32s_training_at_a_quarter_of_the_batch_and_bf16_at_the_jobs(tmp_path):
+    # fp32 is timed only to be compared: at 128 images a tower its first step costs a first run a quarter
+    # of 512's. bf16's speeds are the ones the budget plans with, so they are the job's batches'.
+    from estimator.training import speed_probes
+    from tests.helpers import hp
+
+    zen4 = {"model": "AMD EPYC", "family": "25", "model_number": "17", "flags": {"avx512_bf16"}, "cores": 2}
+    timed = []
+
+    def timer(probe_hp, precision, evaluate=True):
+        timed.append((precision, probe_hp.train_batch_size, probe_hp.eval_batch_size, evaluate))
+        rate = {"fp32": 859.0, "bf16": 1286.0}[precision]
+        return {"train": rate, "eval": 3.5 * rate} if evaluate else {"train": rate}
+
+    cases = [(dict(train_batch_size=512, eval_batch_size=500), 128), (dict(train_batch_size=96), 96)]
+    cases.append((dict(train_batch_size=512, eval_batch_size=500, num_cpu_towers=2), 256))
+    for i, (settings, fp32_batch) in enumerate(cases):
+        timed.clear()
+        job = hp(**settings)
+        assert speed_probes.choose(job, cpu=zen4, timer=timer, cache_file=str(tmp_path / ("%d.json" % i))) == (
+            "bf16",
+            {"fp32": 859.0, "bf16": 1286.0},
+        )
+        assert sorted(timed) == [
+            ("bf16", job.train_batch_size, job.eval_batch_size, True),
+            ("fp32", fp32_batch, job.eval_batch_size, False),
+        ]
+
+
 def test_the_networks_code_digest_follows_every_byte_of_it(tmp_path):
     from estimator.training import speed_probes
 

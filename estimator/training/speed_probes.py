@@ -31,6 +31,12 @@ CACHE_FILE = "network_speed_probe.json"
 PROBE_WARMUP_STEPS = 1
 PROBE_STEPS = 6
 PROBE_SECS = 1.0
+# --precision auto: fp32's training steps, timed only to compare with bf16's, take at most this many
+# images a tower. The first of them (kernels chosen, graph optimised) took 1.1-1.35 s at 512 on a Zen 4,
+# 0.35 at 128; per image, the reference member in fp32 ran at 128 at 0.93 of its speed at 512 there
+# (859 against 921 images/s; airbench94 at 0.97-1.00 on the Zen 4 and 5): a bias toward bf16 far below
+# the 1.36-1.45x bf16 trained the reference faster where it is native (docs/speed.md).
+PRECISION_PROBE_BATCH = 128
 # --time-budget: below this budget nothing is timed (a first run's probes, 4-15 s, would be a tenth of it);
 # the choices are made from what the cache holds, else from estimates, and say so.
 PROBED_BUDGET_SECS = 120.0
@@ -158,17 +164,17 @@ def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
     here (the CPU's flags, or ``ONEDNN_MAX_CPU_ISA`` holding oneDNN below bf16: then fp32, and nothing is
     timed). Each precision's figures are ``network_speed``'s, cached with them: bf16's whole (where it is
     native, it trained every member of the family 1.28-1.60x faster than fp32 on the Zen 5, so its
-    evaluation is the one the budget will plan with), fp32's training alone (its evaluation is timed only
-    where fp32 wins). ``measure`` False: from
-    what is cached, and fp32 (which every CPU computes natively) where not both are.
+    evaluation is the one the budget will plan with), fp32's training alone, at ``PRECISION_PROBE_BATCH``
+    images a tower at most (its evaluation, and its speed at the job's batch, are timed only where fp32
+    wins). ``measure`` False: from what is cached, and fp32 (which every CPU computes natively) where not
+    both are.
     """
     cpu = cpu or cpu_info()
     if not native_bf16(cpu):
         return "fp32", {}
-    speeds = {
-        p: network_speed(hp.replace(precision=p), cpu, timer, cache_file, measure, evaluate=p == "bf16")
-        for p in CANDIDATES
-    }
+    fp32_batch = min(hp.train_batch_size, PRECISION_PROBE_BATCH * len(hp.towers))
+    probed = {"fp32": hp.replace(precision="fp32", train_batch_size=fp32_batch), "bf16": hp.replace(precision="bf16")}
+    speeds = {p: network_speed(probed[p], cpu, timer, cache_file, measure, evaluate=p == "bf16") for p in CANDIDATES}
     if None in speeds.values():
         return "fp32", {}
     probe = {p: speed["train"] for p, speed in speeds.items()}
