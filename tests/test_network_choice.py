@@ -260,8 +260,9 @@ class SlowCpu:
         rate = self.TRAIN[hp.width_multiplier] * (0.7 if hp.group_depth == 3 else 1.0)
         self.clock += 1.0  # building the graph
         bounds = dict(steps=speed_probes.PROBE_STEPS, clock=lambda: self.clock)
+        train_secs = speed_probes.PROBE_SECS if max_secs is None else max_secs
         train = machine.seconds_per_run(
-            self.session(hp.train_batch_size / rate), None, warmup=1, max_secs=speed_probes.PROBE_SECS, **bounds
+            self.session(hp.train_batch_size / rate), None, warmup=1, max_secs=train_secs, **bounds
         )
         if not evaluate:
             return {"train": hp.train_batch_size / train}

@@ -549,15 +549,15 @@ def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
 
 def test_precision_auto_times_fp32s_training_at_a_quarter_of_the_batch_and_bf16_at_the_jobs(tmp_path):
     # fp32 is timed only to be compared: at 128 images a tower its first step costs a first run a quarter
-    # of 512's. bf16's speeds are the ones the budget plans with, so they are the job's batches'.
+    # of 512's, and for half as long. bf16's speeds are the ones the budget plans with: the job's batches'.
     from estimator.training import speed_probes
     from tests.helpers import hp
 
     zen4 = {"model": "AMD EPYC", "family": "25", "model_number": "17", "flags": {"avx512_bf16"}, "cores": 2}
     timed = []
 
-    def timer(probe_hp, precision, evaluate=True):
-        timed.append((precision, probe_hp.train_batch_size, probe_hp.eval_batch_size, evaluate))
+    def timer(probe_hp, precision, max_secs=speed_probes.PROBE_SECS, evaluate=True):
+        timed.append((precision, probe_hp.train_batch_size, probe_hp.eval_batch_size, max_secs, evaluate))
         rate = {"fp32": 859.0, "bf16": 1286.0}[precision]
         return {"train": rate, "eval": 3.5 * rate} if evaluate else {"train": rate}
 
@@ -570,9 +570,9 @@ def test_precision_auto_times_fp32s_training_at_a_quarter_of_the_batch_and_bf16_
             "bf16",
             {"fp32": 859.0, "bf16": 1286.0},
         )
-        assert sorted(timed) == [
-            ("bf16", job.train_batch_size, job.eval_batch_size, True),
-            ("fp32", fp32_batch, job.eval_batch_size, False),
+        assert sorted(timed) == [  # fp32 for half as long: it is only compared
+            ("bf16", job.train_batch_size, job.eval_batch_size, 1.0, True),
+            ("fp32", fp32_batch, job.eval_batch_size, 0.5, False),
         ]
 
 

@@ -31,11 +31,15 @@ CACHE_FILE = "network_speed_probe.json"
 PROBE_WARMUP_STEPS = 1
 PROBE_STEPS = 6
 PROBE_SECS = 1.0
+# Training timed alone (fp32's to compare with bf16's, a member's besides the reference's) decides a
+# choice, and the job re-plans from its own steps: half as long (at least two steps still). The
+# reference's training and evaluation, whose ratio the end's reserve is planned with, keep the second.
+ALONE_PROBE_SECS = PROBE_SECS / 2
 # --precision auto: fp32's training steps, timed only to compare with bf16's, take at most this many
 # images a tower. The first of them (kernels chosen, graph optimised) took 1.1-1.35 s at 512 on a Zen 4,
 # 0.35 at 128; per image, the reference member in fp32 ran at 128 at 0.93 of its speed at 512 there
 # (859 against 921 images/s; airbench94 at 0.97-1.00 on the Zen 4 and 5): a bias toward bf16 far below
-# the 1.36-1.45x bf16 trained the reference faster where it is native (docs/speed.md).
+# bf16's lead on the reference where it is native (1.40x there, 1.36x on a Zen 5: docs/speed.md).
 PRECISION_PROBE_BATCH = 128
 # --time-budget: below this budget nothing is timed (a first run's probes, 4-15 s, would be a tenth of it);
 # the choices are made from what the cache holds, else from estimates, and say so.
@@ -153,7 +157,7 @@ def network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True, evalu
     )
     if whole or evaluate:
         return whole if evaluate else {"train": whole["train"]}
-    train_only = (lambda: timer(hp, hp.precision, evaluate=False)) if measure else None
+    train_only = (lambda: timer(hp, hp.precision, max_secs=ALONE_PROBE_SECS, evaluate=False)) if measure else None
     return cached_probe(path, key + "|train", ("train",), train_only)[0]
 
 
