@@ -320,7 +320,7 @@ def test_a_first_run_on_the_slowest_cpu_chooses_in_seconds_on_a_simulated_clock(
     assert member.name == expected and speed["train"] == pytest.approx(by_name[expected]["images_per_sec"], abs=0.1)
     assert speed["eval"] == pytest.approx(3.4 * speed["train"], rel=0.01)
     # Only the reference's evaluation is timed (beside its training, at the job's batches): the other
-    # member's training alone, at 128 images a step, its evaluation planned at the reference's ratio.
+    # member's training alone, at its probe batch, its evaluation planned at the reference's ratio.
     width = {"5m": 0.375, "30m": 0.75}[budget]
     assert cpu.timed == [(0.5, 2, 512, True), (width, 2, 512 if width < 0.5 else 128, False)]
     assert speed["how"] == "timed" and speed["eval_how"] == "at airbench94 x0.5's ratio to training"
