@@ -277,12 +277,10 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
             timed.add(name)
     member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, training_secs, step_cost=step_cost)
     record["precision"] = str(chosen)
-    if member.name == reference.name and member.name in timed:  # its evaluation timed beside its training
-        return member, record, probe, dict(speeds[reference.name], how="timed")
     ratio = speeds[reference.name]["eval"] / speeds[reference.name]["train"]
     train = rates[member.name][0]
     speed = {"train": round(train, 1), "eval": round(train * ratio, 1), "how": rates[member.name][1]}
-    if member.name in timed:
+    if member.name in timed and member.name != reference.name:  # the reference's evaluation was timed
         speed["eval_how"] = "at %s's ratio to training" % reference.name
     return member, record, probe, speed
 
