@@ -19,8 +19,7 @@ import json
 import os
 
 from benchmarks.common import write_result
-
-BUDGET_TOLERANCE_SECS = 1.0
+from estimator.training.time_budget import BUDGET_TOLERANCE_SECS
 
 
 def recorded_runs(directory: str) -> list:
