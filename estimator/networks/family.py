@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from estimator.common.options import Network, flag_name
+from estimator.common.options import Network, Precision, flag_name
 
 # The settings a member sets: its shape (given by hand, they narrow the family to the members of that
 # shape) and its augmentation (given by hand, they override the member's own).
@@ -39,8 +39,16 @@ class Member:
     cutout: int
     forward_mflops: float
     # Images/s per multiply-add against the reference member's, as measured side by side (docs/speed.md,
-    # "The family's speeds"): the narrowest keeps two cores less busy, the widest keeps them busier.
-    efficiency: float = 1.0
+    # "The family's speeds"): the narrowest keeps two cores less busy, the widest keeps them busier. Per
+    # precision, since matrix units favour the wide members most: airbench94 in bf16 ran at 1.27-1.35 of
+    # the reference's efficiency without AMX and 1.68 with it, in fp32 at 1.07-1.23 on every CPU measured.
+    fp32_efficiency: float = 1.0
+    bf16_efficiency: float = 1.0
+
+    def efficiency(self, precision) -> float:
+        """The efficiency in ``precision``: fp16 (GPUs, not measured here) takes bf16's, the other
+        precision computed on matrix units."""
+        return self.fp32_efficiency if precision == Precision.FP32 else self.bf16_efficiency
 
     def settings(self) -> dict:
         """The HParams values this member sets: its network, ``SHAPE`` and ``AUGMENTATION``."""
@@ -56,15 +64,15 @@ class Member:
 
 # Forward MFLOP per image: TensorFlow's profiler (``registry.forward_flops``; a test checks them).
 MEMBERS = (
-    Member("airbench94 x0.25", 2, 0.25, 2, 0, 20.7, efficiency=0.73),
+    Member("airbench94 x0.25", 2, 0.25, 2, 0, 20.7, fp32_efficiency=0.80, bf16_efficiency=0.63),
     # Between the members above and below (each costs about 3x the one before it), so that a budget on a
     # CPU between the fast and the slow ones finds a member that fits it. x0.375's efficiency varies most
-    # (docs/speed.md): 0.62 in bf16 and 0.82 in fp32 on a Zen 5, 0.98 held to AVX2; the table's is the middle.
-    Member("airbench94 x0.375", 2, 0.375, 2, 0, 40.7, efficiency=0.78),
+    # (docs/speed.md): in bf16 0.62 on the Zen 4 and 5, 0.39 with AMX; in fp32 0.82-1.00.
+    Member("airbench94 x0.375", 2, 0.375, 2, 0, 40.7, fp32_efficiency=0.90, bf16_efficiency=0.50),
     Member("airbench94 x0.5", 2, 0.5, 2, 0, 67.4),
-    Member("airbench94 x0.75", 2, 0.75, 2, 0, 140.7, efficiency=1.13),
-    Member("airbench94", 2, 1.0, 2, 0, 240.7, efficiency=1.18),
-    Member("airbench96", 3, 1.0, 4, 12, 328.3, efficiency=1.18),
+    Member("airbench94 x0.75", 2, 0.75, 2, 0, 140.7, fp32_efficiency=1.12, bf16_efficiency=1.25),
+    Member("airbench94", 2, 1.0, 2, 0, 240.7, fp32_efficiency=1.15, bf16_efficiency=1.46),
+    Member("airbench96", 3, 1.0, 4, 12, 328.3, fp32_efficiency=1.14, bf16_efficiency=1.45),
 )
 # -- the table (benchmarks/results/network_table*.json) --
 TABLE = {
@@ -85,7 +93,7 @@ REFERENCE = "airbench94 x0.5"
 ASSUMED_REFERENCE_SPEED = {"train": 509.0, "eval": 1731.0}
 ASSUMED = "assumed: the slowest CPU measured (no probe in this budget)"
 # How far an estimated speed may be from the truth, either way: the efficiencies measured on the CPU kinds
-# of docs/speed.md lie within 1.26x of the table's (x0.375, 0.62 in bf16 and 0.98 held to AVX2).
+# of docs/speed.md lie within 1.28x of the members' (x0.375 in bf16, 0.39 on a Xeon with AMX).
 ESTIMATE_SPREAD = 1.3
 # Members timed besides the reference, at most: with six members, neighbours' estimates often overlap, and
 # timing two of them took a first run on a simulated AVX2-only EPYC past the 10 s its probes may cost.
@@ -114,11 +122,12 @@ def expected_accuracy(name: str, epochs: float, table=None):
     raise AssertionError("unreachable")
 
 
-def estimated_rate(name: str, reference_images_per_sec: float) -> float:
-    """Training images/s of member ``name`` estimated from ``REFERENCE``'s by their multiply-adds and
-    efficiencies (within ``ESTIMATE_SPREAD`` of what was timed on every CPU measured)."""
+def estimated_rate(name: str, reference_images_per_sec: float, precision) -> float:
+    """Training images/s of member ``name`` in ``precision`` estimated from ``REFERENCE``'s in it by their
+    multiply-adds and efficiencies (within ``ESTIMATE_SPREAD`` of what was timed on every CPU measured)."""
     m, reference = member(name), member(REFERENCE)
-    return reference_images_per_sec * reference.forward_mflops / m.forward_mflops * m.efficiency / reference.efficiency
+    ratio = m.efficiency(precision) / reference.efficiency(precision)
+    return reference_images_per_sec * reference.forward_mflops / m.forward_mflops * ratio
 
 
 def probe_batch(name: str, batch: int) -> int:

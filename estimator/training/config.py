@@ -258,7 +258,7 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
         if any(getattr(m, name) != getattr(hp, name) for name in family.SHAPE if name in given):
             continue  # a shape given by hand narrows the family
         rate = speeds[reference.name]["train"]
-        rates[m.name] = (rate, "timed") if m.name in timed else (family.estimated_rate(m.name, rate), estimated)
+        rates[m.name] = (rate, "timed") if m.name in timed else (family.estimated_rate(m.name, rate, chosen), estimated)
     always, views = time_budget.evaluation_images(hp)
     eval_speedup = time_budget.planned_eval_speedup(speeds[reference.name], on_gpu=bool(hp.num_gpus))
 
