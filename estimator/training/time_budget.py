@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -92,6 +93,12 @@ FINAL_SHARE = 0.15
 END_TOLERANCE_SECS = 1.0
 # The end's reserve follows the training speed down to this factor below the best measured.
 BURST_FACTOR = 2.0
+# ... and the median of the speeds of this many last intervals (REPLAN_SECS each), not the last one alone:
+# with a busy loop on a core the intervals of a 30-minute run (Xeon, native) varied between 0.70 and 0.82
+# full-size steps/s; the last one, 0.75 after 0.82, moved the reserve 3.4 s at training's last step, left
+# the planned translations 0.5 s short and 26 s of the budget unused. A machine slowed for good (a core
+# taken) is followed from its second interval.
+END_SPEED_INTERVALS = 3
 # What passes before training's first step of a first run: the interpreter and TensorFlow, the
 # configuration's probes, the training graph. The budget less this and the end's reserve is what training
 # gets (``training_secs``): 1.5-13.6 s less than every budgeted run of the six-member family trained (Zen 5,
@@ -210,6 +217,7 @@ class Planner:
         self.setup_started = None  # when building the training graph began (``setup_begins``)
         self.setup_secs = None  # from then until the first step could run
         self.size_secs = {}  # --progressive-resize: seconds per step measured at each image side
+        self.recent_full_size_speeds = []  # the full-size speeds of the last END_SPEED_INTERVALS intervals
         # The best full-size speed measured: the start-up probe's (timed on full-size images, the median
         # run, cached from a quiet moment) until training measures better.
         self.best_full_size_steps_per_sec = (self.probe_images_per_sec or 0.0) / self.images_per_step
@@ -247,10 +255,9 @@ class Planner:
         return total / (end - start)
 
     def _eval_secs(self, images: float) -> float:
-        """Seconds to evaluate ``images`` at the current speed (evaluation sees full-size images)."""
-        full_steps_per_sec = self.full_size_steps_per_sec
-        if self.step_cost is not None:
-            full_steps_per_sec = 1.0 / self.secs_per_step(self.step_cost.full)
+        """Seconds to evaluate ``images`` at the current speed (evaluation sees full-size images): the
+        median of the last intervals' (``END_SPEED_INTERVALS``)."""
+        full_steps_per_sec = statistics.median(self.recent_full_size_speeds or [self.full_size_steps_per_sec])
         # At most twice as slow as the best speed measured: a burst of another process at start-up
         # would otherwise make the end's reserve exceed the budget and stop training at once (an AVX2
         # EPYC's 5-minute job trained 23 steps so), while a core taken for good (half the speed on two
@@ -373,6 +380,9 @@ class Planner:
         self.full_size_steps_per_sec = measured * cost
         if self.size_secs:
             self.full_size_steps_per_sec = 1.0 / self.secs_per_step(self.step_cost.full)
+        self.recent_full_size_speeds = (self.recent_full_size_speeds + [self.full_size_steps_per_sec])[
+            -END_SPEED_INTERVALS:
+        ]
         # The end's floor rises only with a full-size speed measured, never with one estimated from smaller
         # images: 3.13 full-size steps/s so estimated (at 24 and 28 pixels, the VM fast for a while) put it at
         # 1.56 on a Zen 4 held to AVX2, where a core taken left 1.37 (the probe's 2.08 was the truth); the
