@@ -340,16 +340,19 @@ def test_one_slow_interval_does_not_move_the_ends_reserve_and_a_machine_slowed_f
 
 def test_the_ends_reserve_counts_only_the_intervals_at_the_current_image_size():
     """--progressive-resize 28 until half the plan: two intervals at 28 pixels put the full-size speed, from the
-    pixels' share, at 4 steps/s; the first interval at 32 pixels measures 2 (a core taken as the size changed).
-    The reserve follows the 2 measured at full size, not the median with the two estimates."""
+    pixels' share, at 4 steps/s; an interval across the change keeps that estimate; the first interval all at
+    32 pixels measures 2 (a core taken as the size changed). The reserve follows the 2 measured at full size,
+    not the median with the estimates."""
     p = planner(Clock(), budget=300.0, final_images=60000, fixed=8.0)
     p.step_cost = schedules.ImageSizes(28, 0.5, 32)
     p.plan = Plan(0, 0.0, 1000)  # steps 0-499 at 28 pixels, 500-999 at 32
     for before, step in ((100, 200), (200, 300)):
         p._set_speed(4.0 / (28 / 32) ** 2, before, step)
     assert p.full_size_steps_per_sec == pytest.approx(4.0) and p.final_secs() == pytest.approx(8.0 + 60000 / 1600)
+    p._set_speed(3.0, 480, 520)  # across the change: the full-size speed is still 28 pixels' estimate
+    assert p.full_size_steps_per_sec == pytest.approx(4.0)
     p._set_speed(2.0, 600, 640)
-    assert [side for side, _ in p.recent_speeds] == [28, 28, 32]
+    assert [sides for sides, _ in p.recent_speeds] == [(28, 28), (28, 32), (32, 32)]
     assert p.final_secs() == pytest.approx(8.0 + 60000 / 800)
 
 

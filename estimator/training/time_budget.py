@@ -97,8 +97,8 @@ BURST_FACTOR = 2.0
 # not the last one alone: with a busy loop on a core the intervals of a 30-minute run (Xeon, native) varied
 # between 0.70 and 0.82 full-size steps/s; the last one, 0.75 after 0.82, moved the reserve 3.4 s at
 # training's last step, left the planned translations 0.5 s short and 26 s of the budget unused. A machine
-# slowed for good (a core taken) is followed from its second interval. Only the current size's intervals
-# count: a full-size speed estimated from smaller images may be far from the one measured at full size.
+# slowed for good (a core taken) is followed from its second interval. Only the intervals at the last one's
+# sizes count: a full-size speed estimated from smaller images may be far from the one measured at full size.
 END_SPEED_INTERVALS = 3
 # What passes before training's first step of a first run: the interpreter and TensorFlow, the
 # configuration's probes, the training graph. The budget less this and the end's reserve is what training
@@ -218,7 +218,7 @@ class Planner:
         self.setup_started = None  # when building the training graph began (``setup_begins``)
         self.setup_secs = None  # from then until the first step could run
         self.size_secs = {}  # --progressive-resize: seconds per step measured at each image side
-        self.recent_speeds = []  # (image side, full-size steps/s) of the last END_SPEED_INTERVALS intervals
+        self.recent_speeds = []  # (image sizes, full-size steps/s) of the last END_SPEED_INTERVALS intervals
         # The best full-size speed measured: the start-up probe's (timed on full-size images, the median
         # run, cached from a quiet moment) until training measures better.
         self.best_full_size_steps_per_sec = (self.probe_images_per_sec or 0.0) / self.images_per_step
@@ -260,8 +260,8 @@ class Planner:
         median of the last intervals' at the current image size (``END_SPEED_INTERVALS``)."""
         full_steps_per_sec = self.full_size_steps_per_sec
         if self.recent_speeds:
-            side = self.recent_speeds[-1][0]
-            full_steps_per_sec = statistics.median(speed for s, speed in self.recent_speeds if s == side)
+            sides = self.recent_speeds[-1][0]
+            full_steps_per_sec = statistics.median(speed for s, speed in self.recent_speeds if s == sides)
         # At most twice as slow as the best speed measured: a burst of another process at start-up
         # would otherwise make the end's reserve exceed the budget and stop training at once (an AVX2
         # EPYC's 5-minute job trained 23 steps so), while a core taken for good (half the speed on two
@@ -370,12 +370,13 @@ class Planner:
     def _set_speed(self, measured: float, before: int, step: int) -> None:
         """``measured`` steps/s from step ``before`` to ``step``; as full-size steps, at their mean cost."""
         self.steps_per_sec = measured
-        cost, side = 1.0, None  # side: the image size the interval ended at (None: one size throughout)
+        cost, sides = 1.0, None  # sides: the image sizes the interval began and ended at (None: one throughout)
         if self.step_cost is not None:
             start, end = self.plan.progress(before), self.plan.progress(step)
             cost = self.step_cost.mean_cost(start, end)
-            side = self.step_cost.size_at(end)
-            if side == self.step_cost.size_at(start):  # all at one size: that size's speed
+            sides = (self.step_cost.size_at(start), self.step_cost.size_at(end))
+            side = sides[0]
+            if side == sides[1]:  # all at one size: that size's speed
                 earlier = self.size_secs.get(side)
                 if earlier:  # the machine changed (another process, a core taken): every size with it
                     drift = (1.0 / measured) / earlier
@@ -384,7 +385,7 @@ class Planner:
         self.full_size_steps_per_sec = measured * cost
         if self.size_secs:
             self.full_size_steps_per_sec = 1.0 / self.secs_per_step(self.step_cost.full)
-        self.recent_speeds = (self.recent_speeds + [(side, self.full_size_steps_per_sec)])[-END_SPEED_INTERVALS:]
+        self.recent_speeds = (self.recent_speeds + [(sides, self.full_size_steps_per_sec)])[-END_SPEED_INTERVALS:]
         # The end's floor rises only with a full-size speed measured, never with one estimated from smaller
         # images: 3.13 full-size steps/s so estimated (at 24 and 28 pixels, the VM fast for a while) put it at
         # 1.56 on a Zen 4 held to AVX2, where a core taken left 1.37 (the probe's 2.08 was the truth); the
