@@ -31,6 +31,7 @@ from estimator.common import machine, storage, tensor_names
 from estimator.common.options import DataFormat, EvalPolicy, Network, Precision
 from estimator.data import records as fmt
 from estimator.data.pipeline import MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
+from estimator.networks import family
 from estimator.training import devices, flags, time_budget
 from estimator.training import hparams as hparams_lib
 
@@ -209,8 +210,6 @@ def _choose_network(hp: hparams_lib.HParams, earlier: dict, cpu: dict, given):
     values (its network, shape and augmentation, and ``network_choice``, the record of why), and its
     speeds (``HParams.speed_probe``; None where the choice was kept). A job dir that recorded a choice
     keeps it: the checkpoints are that member's."""
-    from estimator.networks import family
-
     speed = None
     if earlier.get("network_choice"):
         recorded = earlier["network_choice"]
@@ -227,62 +226,89 @@ def _choose_network(hp: hparams_lib.HParams, earlier: dict, cpu: dict, given):
 
 
 def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
-    """Times the family's reference member (training and evaluation; in both precisions with
-    ``--precision auto`` where bf16 is native), estimates the others from it, times the training of those
-    whose estimate leaves the choice open (``family.worth_timing``), and lets ``family.choose`` pick. All
-    cached per CPU.
+    """Times the family's reference member (``_reference_speed``), estimates the others from it, times the
+    training of those whose estimate leaves the choice open (``family.worth_timing``), and lets
+    ``family.choose`` pick. All cached per CPU.
     Returns ``(member, record, precision probe, the chosen member's speeds)``."""
-    from estimator.networks import family
     from estimator.training import speed_probes
 
-    def member_hp(m, precision_):
-        shape = {name: getattr(m, name) for name in family.SHAPE}
-        return hp.replace(network=Network.AIRBENCH, precision=precision_, **shape)
+    measure = speed_probes.affordable(hp.time_budget)
+    precision, probe, measured = _reference_speed(hp, cpu, measure)
+    reference_speed = measured or dict(family.ASSUMED_REFERENCE_SPEED)
+    rates = _estimated_rates(hp, given, precision, reference_speed, timed=bool(measured))
+    always, views = time_budget.evaluation_images(hp)
+    eval_speedup = time_budget.planned_eval_speedup(reference_speed, on_gpu=bool(hp.num_gpus))
+
+    def training_secs(rate):  # each member's end at its own speed (the reference's evaluation ratio)
+        return time_budget.training_secs(hp.time_budget, rate, always, views, eval_speedup=eval_speedup)
+
+    step_cost = hp.image_sizes.mean_cost(0.0, 1.0) if hp.image_sizes else 1.0
+    if measure:
+        for name in family.worth_timing(rates, hp.num_train_examples, training_secs, step_cost):
+            rates[name] = (_timed_training_rate(hp, cpu, name, precision), "timed")
+    member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, training_secs, step_cost=step_cost)
+    record["precision"] = str(precision)
+    return member, record, probe, _chosen_speed(member.name, rates, reference_speed)
+
+
+def _member_hp(hp: hparams_lib.HParams, member, precision) -> hparams_lib.HParams:
+    """``hp`` with the network and shape of the family's ``member``, in ``precision``: what its probes time."""
+    shape = {name: getattr(member, name) for name in family.SHAPE}
+    return hp.replace(network=Network.AIRBENCH, precision=precision, **shape)
+
+
+def _reference_speed(hp: hparams_lib.HParams, cpu: dict, measure: bool):
+    """``(precision, precision probe, speeds)``: the precision ``--precision`` gives or ``auto`` chooses on
+    the reference member, and the reference's ``{"train", "eval"}`` images/s in it (None where nothing is
+    cached and ``measure`` is False)."""
+    from estimator.training import speed_probes
 
     reference = family.member(family.REFERENCE)
-    measure = speed_probes.affordable(hp.time_budget)
-    chosen, probe = Precision.FP32 if hp.precision == Precision.AUTO else hp.precision, {}
+    precision, probe = hp.precision, {}
     if hp.precision == Precision.AUTO:
-        chosen, probe = speed_probes.choose(member_hp(reference, Precision.FP32), cpu=cpu, measure=measure)
-    reference_speed = speed_probes.network_speed(member_hp(reference, chosen), cpu=cpu, measure=measure)
-    timed = {reference.name} if reference_speed else set()
-    speeds = {reference.name: reference_speed or dict(family.ASSUMED_REFERENCE_SPEED)}
-    step_cost = 1.0
-    if hp.image_sizes:
-        step_cost = hp.image_sizes.mean_cost(0.0, 1.0)
-    estimated = "estimated from %s" % reference.name
+        precision, probe = speed_probes.choose(_member_hp(hp, reference, Precision.FP32), cpu=cpu, measure=measure)
+    return precision, probe, speed_probes.network_speed(_member_hp(hp, reference, precision), cpu=cpu, measure=measure)
+
+
+def _estimated_rates(hp: hparams_lib.HParams, given: set, precision, reference_speed: dict, timed: bool) -> dict:
+    """``{member: (training images/s, how it was had)}`` for the candidates (a shape given by hand narrows
+    the family): the reference's as timed (``timed``: else assumed), the others' estimated from it
+    (``family.estimated_rate``)."""
+    estimated = "estimated from %s" % family.REFERENCE
     if not timed:
         estimated += ", " + family.ASSUMED
     rates = {}
     for m in family.MEMBERS:
         if any(getattr(m, name) != getattr(hp, name) for name in family.SHAPE if name in given):
-            continue  # a shape given by hand narrows the family
-        rate = speeds[reference.name]["train"]
-        rates[m.name] = (rate, "timed") if m.name in timed else (family.estimated_rate(m.name, rate, chosen), estimated)
-    always, views = time_budget.evaluation_images(hp)
-    eval_speedup = time_budget.planned_eval_speedup(speeds[reference.name], on_gpu=bool(hp.num_gpus))
+            continue
+        if timed and m.name == family.REFERENCE:
+            rates[m.name] = (reference_speed["train"], "timed")
+        else:
+            rates[m.name] = (family.estimated_rate(m.name, reference_speed["train"], precision), estimated)
+    return rates
 
-    def training_secs(rate):  # each member's end at its own speed (the reference's evaluation ratio)
-        return time_budget.training_secs(hp.time_budget, rate, always, views, eval_speedup=eval_speedup)
 
-    if measure:
-        for name in family.worth_timing(rates, hp.num_train_examples, training_secs, step_cost):
-            # Its training alone: its evaluation is planned at the reference's ratio, as every member was
-            # compared (timed at the job's batches; members' own, timed at their smaller probe batch, lay
-            # within 10% of it on the Zen 4 and 5), and timing it cost a first run 0.7-0.8 s more.
-            batch = family.probe_batch(name, hp.train_batch_size)
-            probe_hp = member_hp(family.member(name), chosen).replace(train_batch_size=batch)
-            speeds[name] = speed_probes.network_speed(probe_hp, cpu=cpu, evaluate=False)
-            rates[name] = (speeds[name]["train"], "timed")
-            timed.add(name)
-    member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, training_secs, step_cost=step_cost)
-    record["precision"] = str(chosen)
-    ratio = speeds[reference.name]["eval"] / speeds[reference.name]["train"]
-    train = rates[member.name][0]
-    speed = {"train": round(train, 1), "eval": round(train * ratio, 1), "how": rates[member.name][1]}
-    if member.name in timed and member.name != reference.name:  # the reference's evaluation was timed
-        speed["eval_how"] = "at %s's ratio to training" % reference.name
-    return member, record, probe, speed
+def _timed_training_rate(hp: hparams_lib.HParams, cpu: dict, name: str, precision) -> float:
+    """Member ``name``'s training images/s, timed alone at its probe batch (``family.probe_batch``). Its
+    evaluation is planned at the reference's ratio, as every member was compared (timed at the job's
+    batches, members' own lay within 10% of it on the Zen 4 and 5), and timing it cost a first run 0.7-0.8 s
+    more."""
+    from estimator.training import speed_probes
+
+    batch = family.probe_batch(name, hp.train_batch_size)
+    probe_hp = _member_hp(hp, family.member(name), precision).replace(train_batch_size=batch)
+    return speed_probes.network_speed(probe_hp, cpu=cpu, evaluate=False)["train"]
+
+
+def _chosen_speed(name: str, rates: dict, reference_speed: dict) -> dict:
+    """The chosen member's speeds as ``HParams.speed_probe`` records them: its training images/s as had,
+    its evaluation's at the reference's ratio to training."""
+    train, how = rates[name]
+    ratio = reference_speed["eval"] / reference_speed["train"]
+    speed = {"train": round(train, 1), "eval": round(train * ratio, 1), "how": how}
+    if how == "timed" and name != family.REFERENCE:  # the reference's evaluation was timed, not this one's
+        speed["eval_how"] = "at %s's ratio to training" % family.REFERENCE
+    return speed
 
 
 def _recorded(job_dir: str) -> dict:
