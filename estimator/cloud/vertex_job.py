@@ -391,22 +391,39 @@ def job_args(trainer_args, training_input: dict, base_output_dir: str = None) ->
     except ValueError as e:
         raise spec_lib.SpecError(str(e)) from None
     pools = worker_pools(training_input)
+    _check_cluster_flags(seen, pools, recipe)
+    _check_output_places(seen, base_output_dir)
+    for role, _, machine in pools:
+        if role != "ps":
+            parse_trainer_flags(seen, job_cluster(pools, role), int(machine.get("acceleratorCount", 0)))
+    return args
+
+
+def _check_cluster_flags(seen: list, pools: list, recipe) -> None:
+    """Refuses the flags a ps/worker cluster (``pools`` with workers or parameter servers) cannot honour:
+    ``--time-budget`` and ``--network auto`` (``recipe``: the recipe that gave them, if one did)."""
     cluster = [(count, role) for role, count, _ in pools if role in ("worker", "ps")]
-    if cluster:
-        where = " from --recipe %s" % recipe if recipe else ""
-        refused = [
-            ("--time-budget", "plans the steps of one process, and the chief cannot time its workers", "--train-steps"),
-            ("--network auto", "chooses the network for a --time-budget", "--network airbench"),
-        ]
-        budget = flag_value(seen, "--time-budget") is not None
-        auto = flag_value(seen, "--network") == "auto"
-        for (flag, why, instead), given in zip(refused, (budget, auto)):
-            if given:
-                raise spec_lib.SpecError(
-                    "%s%s %s; this config's machines make a ps/worker cluster (%s): give the cluster %s, or a "
-                    "config with a masterType alone (one machine)."
-                    % (flag, where, why, ", ".join("%d %s" % c for c in cluster), instead)
-                )
+    if not cluster:
+        return
+    where = " from --recipe %s" % recipe if recipe else ""
+    refused = [
+        ("--time-budget", "plans the steps of one process, and the chief cannot time its workers", "--train-steps"),
+        ("--network auto", "chooses the network for a --time-budget", "--network airbench"),
+    ]
+    budget = flag_value(seen, "--time-budget") is not None
+    auto = flag_value(seen, "--network") == "auto"
+    for (flag, why, instead), given in zip(refused, (budget, auto)):
+        if given:
+            raise spec_lib.SpecError(
+                "%s%s %s; this config's machines make a ps/worker cluster (%s): give the cluster %s, or a "
+                "config with a masterType alone (one machine)."
+                % (flag, where, why, ", ".join("%d %s" % c for c in cluster), instead)
+            )
+
+
+def _check_output_places(seen: list, base_output_dir) -> None:
+    """Refuses directories of this machine, which the job's machines cannot see, and a job with no place
+    for its outputs (no ``--job-dir`` and no ``base_output_dir`` for Vertex AI's ``AIP_*`` directories)."""
     for flag in ("--data-dir", "--job-dir"):
         value = flag_value(seen, flag)
         if value is not None and not value.startswith(("gs://", "/gcs/")):
@@ -420,10 +437,6 @@ def job_args(trainer_args, training_input: dict, base_output_dir: str = None) ->
             "job with a base output directory: give --base-output-dir gs://BUCKET/jobs/NAME (or --job-dir gs://... "
             "in the trainer flags)."
         )
-    for role, _, machine in pools:
-        if role != "ps":
-            parse_trainer_flags(seen, job_cluster(pools, role), int(machine.get("acceleratorCount", 0)))
-    return args
 
 
 def scheduling(spot: bool = False, restart_job_on_worker_restart: bool = False, timeout_secs: float = None):
