@@ -8,7 +8,10 @@ network or budget. Each run's end left ``reserved - final`` seconds unused. Had
 ``time_budget.FINAL_FIXED_SECS`` been ``cut`` seconds lower, training would have run ``cut`` seconds
 longer (or, where less was left, the views that no longer fit would have been dropped): the command would
 have ended at ``wall + min(cut, unused)``. The table prints, per cut, the worst end against the budget
-(the promise is +1 s) and how many runs would have passed it. It measures nothing itself: it reads runs.
+(the promise is +1 s) and how many runs would have passed it. Runs that record their test evaluation's
+seconds (``final_test_eval_secs``) also show what the rest of their end took: the part the fixed reserve
+(``FINAL_FIXED_SECS``) is kept for, less the evaluation's graph and restore. It measures nothing itself:
+it reads runs.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import json
 import os
 
 from benchmarks.common import write_result
-from estimator.training.time_budget import BUDGET_TOLERANCE_SECS
+from estimator.training.time_budget import BUDGET_TOLERANCE_SECS, FINAL_FIXED_SECS
 
 
 def recorded_runs(directory: str) -> list:
@@ -49,6 +52,11 @@ def with_cut(run: dict, cut: float) -> float:
     return run["wall_seconds"] + min(cut, max(0.0, unused)) - run["time_budget_secs"]
 
 
+def rest_of_end(runs) -> list:
+    """Sorted seconds each run's end took besides its test evaluation, for the runs that record it."""
+    return sorted(run["final_secs"] - run["final_test_eval_secs"] for _, run in runs if "final_test_eval_secs" in run)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--results", default="benchmarks/results")
@@ -63,6 +71,12 @@ def main(argv=None) -> int:
         "%d runs; the end's reserve left unused: least %.2f s, median %.2f s"
         % (len(runs), unused[0], unused[len(unused) // 2])
     )
+    rest = rest_of_end(runs)
+    if rest:
+        print(
+            "%d runs record their test evaluation: the rest of the end took %.2f-%.2f s, median %.2f "
+            "(the fixed reserve: %.1f s)" % (len(rest), rest[0], rest[-1], rest[len(rest) // 2], FINAL_FIXED_SECS)
+        )
     print("\n%8s %12s %8s  %s" % ("cut s", "worst end", "within", "worst run"))
     rows = []
     for cut in args.cuts:
@@ -74,7 +88,10 @@ def main(argv=None) -> int:
             % (cut, with_cut(worst, cut), within, len(runs), name, worst["time_budget_secs"])
         )
     if args.out:
-        write_result(args.out, {"runs": len(runs), "least_unused_secs": round(unused[0], 2), "cuts": rows})
+        record = {"runs": len(runs), "least_unused_secs": round(unused[0], 2), "cuts": rows}
+        if rest:
+            record["rest_of_end_secs"] = {"runs": len(rest), "least": round(rest[0], 2), "most": round(rest[-1], 2)}
+        write_result(args.out, record)
     return 0
 
 

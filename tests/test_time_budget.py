@@ -487,6 +487,7 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
     assert results["final_secs_reserved"] >= time_budget.FINAL_FIXED_SECS
     assert budget["used_secs"] + results["final_secs_reserved"] >= 0.9 * 40.0, (budget, results)
     assert results["evaluation_speedup"] > 1 and results["training_setup_secs"] > 0, results
+    assert 0 < results["final_test_eval_secs"] < results["final_secs"], results  # the export and pictures besides
     # The end's time as recorded (final_secs, wall_secs) includes the pictures: curves.png comes first.
     assert os.path.getmtime(os.path.join(job, "curves.png")) <= os.path.getmtime(os.path.join(job, "results.json"))
     assert results["planned_steps"] == results["replans"][0]["planned_steps"] > 0
@@ -816,13 +817,18 @@ def test_the_end_reserve_benchmark_reads_recorded_runs_and_what_a_cut_would_do(t
     run = {"time_budget_secs": 300.0, "wall_seconds": 294.0, "final_secs_reserved": 20.0, "final_secs": 15.0}
     nested = {"native": {"runs": [run, dict(run, wall_seconds=None)]}}  # the second: no whole-command time
     (tmp_path / "a.json").write_text(json.dumps(nested))
-    (tmp_path / "b.json").write_text(json.dumps([dict(run, final_secs=19.5, wall_seconds=299.0)]))
+    recorded = dict(run, final_secs=19.5, wall_seconds=299.0, final_test_eval_secs=15.25)
+    (tmp_path / "b.json").write_text(json.dumps([recorded]))
     runs = end_reserve.recorded_runs(str(tmp_path))
     assert [name for name, _ in runs] == ["a.json", "b.json"]
     # 5 s unused: a cut of 3 s ends at 297 s; of 6 s, at 299 s (the views that no longer fit are dropped).
     assert end_reserve.with_cut(run, 3.0) == -3.0 and end_reserve.with_cut(run, 6.0) == -1.0
     assert end_reserve.with_cut(runs[1][1], 3.0) == pytest.approx(-0.5)  # only 0.5 s was left unused
     assert end_reserve.main(["--results", str(tmp_path), "--cuts", "3"]) == 0
-    assert "2 runs; the end's reserve left unused: least 0.50 s" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 runs; the end's reserve left unused: least 0.50 s" in out
+    # Only b.json's run records its test evaluation: the rest of its end took 19.5 - 15.25 s.
+    assert end_reserve.rest_of_end(runs) == [4.25]
+    assert "1 runs record their test evaluation: the rest of the end took 4.25-4.25 s, median 4.25" in out
     with pytest.raises(SystemExit):
         end_reserve.main(["--results", str(tmp_path / "none")])
