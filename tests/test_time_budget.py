@@ -726,7 +726,7 @@ def test_a_burst_at_start_up_does_not_stop_training(probe):
     """Another process takes both cores for the first 40 s of a 300 s budget (a twentieth of the speed):
     the first plan is made at that speed, where evaluating 60,000 images would take 375 s, more than the
     budget. Planned from that alone, training stops at once (the AVX2 EPYC's 5-minute job that trained 23
-    steps); with the start-up probe's speed (800 images/s), the end's reserve assumes at worst half of it,
+    steps); with the start-up probe's speed (800 images/s), the end's reserve assumes at worst a third of it,
     so training goes on, re-plans as the machine comes back and ends at the deadline."""
     clock = Clock()
     p = planner(clock, budget=300.0, final_images=60000, fixed=8.0)
@@ -749,14 +749,15 @@ def test_a_burst_at_start_up_does_not_stop_training(probe):
     assert step > 0.8 * 8 * (300 - 40 - 26.75)
 
 
-@pytest.mark.parametrize("steps_per_sec_under_contention", [2.2, 1.6])
+@pytest.mark.parametrize("steps_per_sec_under_contention", [2.2, 1.6, 1.2])
 def test_a_full_size_speed_estimated_from_small_images_does_not_raise_the_ends_floor(steps_per_sec_under_contention):
     """--progressive-resize 20 on a machine 1.4x faster for the first 60 s: the full-size speed estimated from
-    the small images then (5.7 steps/s) is not measured, and does not lift the end's floor above half the
-    probe's 4 steps/s. From 90 s a core is taken (2.2 full-size steps/s, 1.8x slower than the probe): the
-    reserve follows that speed and the end, at its true cost, fits the budget (the floor at half of 5.7 had
-    reserved 60.4 s of 75.3 s). At 1.6 steps/s (2.5x slower) the floor, half the probe's, still holds the
-    reserve: what a burst at start-up needs (above)."""
+    the small images then (5.7 steps/s) is not measured, and does not lift the end's floor above a third of
+    the probe's 4 steps/s. From 90 s a core is taken (2.2 full-size steps/s, 1.8x slower than the probe; 1.6,
+    2.5x slower, as a busy loop left airbench94 held to AVX2): the reserve follows that speed and the end, at
+    its true cost, fits the budget (a floor at a third of 5.7, or at half the probe's, would not let it at
+    1.6). At 1.2 steps/s (3.3x slower) the floor, a third of the probe's, still holds the reserve: what a
+    burst at start-up needs (above)."""
     sizes = schedules.ImageSizes(20, 0.5, 32)
     clock = Clock()
     p = planner(clock, budget=300.0, final_images=60000, fixed=8.0)
@@ -777,7 +778,7 @@ def test_a_full_size_speed_estimated_from_small_images_does_not_raise_the_ends_f
             break
     assert max(r["full_size_steps_per_sec"] for r in p.state.replans) == pytest.approx(4.0 / 0.7, rel=1e-3)
     assert p.best_full_size_steps_per_sec == 4.0  # the probe's: nothing measured at full size beat it
-    floor = 2.0
+    floor = 4.0 / 3
     assumed = max(steps_per_sec_under_contention, floor)
     assert p.final_secs() == pytest.approx(8.0 + 60000 / (4.0 * 100 * assumed), rel=1e-2)
     end = clock.now + 8.0 + 60000 / (4.0 * 100 * steps_per_sec_under_contention)  # what the end really takes

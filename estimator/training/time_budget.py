@@ -91,8 +91,12 @@ FINAL_SHARE = 0.15
 # A planned view still runs when the end is this much (or a training step) short of the time it was planned
 # to take.
 END_TOLERANCE_SECS = 1.0
-# The end's reserve follows the training speed down to this factor below the best measured.
-BURST_FACTOR = 2.0
+# The end's reserve follows the training speed down to this factor below the best measured (a burst of
+# another process at start-up must not make it swallow the budget). A core taken for good is more than
+# half the speed on two cores: each step waits for the slower of the trainer's two threads. At 2.0, an hour
+# held to AVX2 with a busy loop on a core (Xeon, airbench94 fp32: 0.20-0.23 full-size steps/s against the
+# probe's 0.50; the evaluation 2.3x slower too) planned its end at the floor, 0.25, and ended 4.2 s past it.
+BURST_FACTOR = 3.0
 # ... and the median of the speeds of this many last intervals (REPLAN_SECS each) at the current image size,
 # not the last one alone: with a busy loop on a core the intervals of a 30-minute run (Xeon, native) varied
 # between 0.70 and 0.82 full-size steps/s; the last one, 0.75 after 0.82, moved the reserve 3.4 s at
@@ -186,7 +190,7 @@ class Planner:
         the same.
       probe_images_per_sec: training images/s the start-up probe timed for this network
         (``HParams.speed_probe``), where it did: the end's reserve never assumes training
-        slower than half of it (``BURST_FACTOR``), so a burst of another process as the job starts
+        slower than a third of it (``BURST_FACTOR``), so a burst of another process as the job starts
         cannot make the reserve swallow the budget.
     """
 
@@ -262,10 +266,9 @@ class Planner:
         if self.recent_speeds:
             sides = self.recent_speeds[-1][0]
             full_steps_per_sec = statistics.median(speed for s, speed in self.recent_speeds if s == sides)
-        # At most twice as slow as the best speed measured: a burst of another process at start-up
-        # would otherwise make the end's reserve exceed the budget and stop training at once (an AVX2
-        # EPYC's 5-minute job trained 23 steps so), while a core taken for good (half the speed on two
-        # cores) is still followed.
+        # At most BURST_FACTOR times slower than the best speed measured: a burst of another process at
+        # start-up would otherwise make the end's reserve exceed the budget and stop training at once (an
+        # AVX2 EPYC's 5-minute job trained 23 steps so), while a core taken for good is still followed.
         full_steps_per_sec = max(full_steps_per_sec, self.best_full_size_steps_per_sec / BURST_FACTOR)
         eval_rate = self.eval_speedup * full_steps_per_sec * self.images_per_step
         return images / max(eval_rate, 1e-9)
