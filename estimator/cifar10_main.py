@@ -52,23 +52,32 @@ def main(argv=None) -> int:
     logs.configure(hp.verbose)  # the resolved setting from here on: --verbose in @FILE or a recipe counts
     if hp.deterministic:
         tf.config.experimental.enable_op_determinism()
+    return _refusal(hp) or _run(hp, argv)
+
+
+def _refusal(hp) -> int:
+    """0 when this task may start; else, after one line on stderr, its exit status: 1 when the parameter
+    servers cannot be reached, 2 when the job dir holds another network's job (then nothing was written)."""
     cluster = hp.cluster
-    if cluster.task_type in cluster_lib.TRAINING_ROLES and cluster.spec.get("ps"):
-        try:
+    try:
+        if cluster.task_type in cluster_lib.TRAINING_ROLES and cluster.spec.get("ps"):
             cluster_lib.wait_for_parameter_servers(cluster, hp.ps_wait_secs)
-        except cluster_lib.UnreachableError as e:
-            print("error: %s" % e, file=sys.stderr)
-            return 1
+        if train.writes_job_records(hp):
+            resilience.check_same_network(hp)
+    except cluster_lib.UnreachableError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 1
+    except resilience.ForeignJobDirError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run(hp, argv) -> int:
+    """Trains, evaluates and exports; the exit status."""
     # The chief owns the job dir: it holds the lock and saves on a signal. Workers have
     # nothing to save (the default: a signal ends them), an evaluator only reads.
     owner = train.writes_job_records(hp)
-    if owner:
-        try:
-            # Before anything is built or written: a job dir of another network stays as it was.
-            resilience.check_same_network(hp)
-        except resilience.ForeignJobDirError as e:
-            print("error: %s" % e, file=sys.stderr)
-            return 2
     stop = resilience.SignalStop().install() if owner else None
     lock = None
     try:
@@ -77,18 +86,11 @@ def main(argv=None) -> int:
         results = train.run(hp, stop)
         if results:
             print("\n".join(train.summary_lines(hp, results)), flush=True)
-    except resilience.Interrupted as e:
-        print(_interrupted_line(hp, e, argv), file=sys.stderr)
-        return e.exit_code
-    except resilience.JobDirBusyError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return EXIT_BUSY
-    except nonfinite.NonFiniteError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return nonfinite.EXIT_STATUS
-    except health.HealthStop as e:
-        print("error: %s" % e, file=sys.stderr)
-        return health.EXIT_STATUS
+    except RuntimeError as e:
+        status = _stop_status(hp, e, argv)
+        if status is None:
+            raise
+        return status
     except (OSError, tf.errors.OpError) as e:
         failure = failures.storage_failure(e)
         if failure is None:
@@ -106,6 +108,26 @@ def main(argv=None) -> int:
         if stop is not None:
             stop.uninstall()
     return 0
+
+
+# The job's own stops, each reported in one line with its exit status.
+_STOP_STATUS = (
+    (resilience.JobDirBusyError, EXIT_BUSY),
+    (nonfinite.NonFiniteError, nonfinite.EXIT_STATUS),
+    (health.HealthStop, health.EXIT_STATUS),
+)
+
+
+def _stop_status(hp, error: RuntimeError, argv):
+    """The exit status of one of the job's own stops, after its line on stderr; None for any other error."""
+    if isinstance(error, resilience.Interrupted):
+        print(_interrupted_line(hp, error, argv), file=sys.stderr)
+        return error.exit_code
+    for kind, status in _STOP_STATUS:
+        if isinstance(error, kind):
+            print("error: %s" % error, file=sys.stderr)
+            return status
+    return None
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def print_predictions(rows, k: int, as_json: bool, out=sys.stdout) -> None:
             print(top_k_line(path if index is None else "%s[%d]" % (path, index), probabilities, k), file=out)
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m estimator.predict", description=__doc__.split("\n")[0])
     parser.add_argument("files", nargs="*", help="PNG/JPEG images or .npy arrays.")
     parser.add_argument("--model", help="A SavedModel, or a directory of timestamped exports (newest used).")
@@ -82,38 +82,55 @@ def main(argv=None) -> int:
         action="store_true",
         help="Print a Vertex AI / TF Serving JSON request for the image files instead.",
     )
+    return parser
+
+
+def _check_args(parser: argparse.ArgumentParser, args) -> None:
+    """Exits with status 2 and one line (argparse's) on a combination that cannot run."""
+    if args.vertex_request:
+        if not args.files:
+            parser.error("--vertex-request needs image files.")
+        return
+    if not args.model:
+        parser.error("--model DIR is required (an export such as JOB_DIR/export/best).")
+    if bool(args.files) == bool(args.records):
+        parser.error("give image/.npy files or --records FILE (one of the two).")
+    if not 1 <= args.top_k <= fmt.NUM_CLASSES:
+        parser.error("--top-k %d must be in 1..%d." % (args.top_k, fmt.NUM_CLASSES))
+
+
+def _report_records(model: str, records: str, picture: str, as_json: bool) -> None:
+    """Scores a TFRecord split: prints its accuracy (and, without ``as_json``, the confusion matrix) and
+    saves the matrix as a picture."""
+    labels, predicted = score_records(model, records)
+    accuracy = float(np.mean(labels == predicted))
+    matrix = confusion_matrix(labels, predicted)
+    save_confusion_png(matrix, picture, "%s: accuracy %.4f" % (records, accuracy))
+    if as_json:
+        print(json.dumps({"records": records, "examples": int(labels.size), "accuracy": accuracy}))
+        return
+    print("%s: %d examples, accuracy %.4f" % (records, labels.size, accuracy))
+    print("confusion matrix (rows: true class, columns: predicted)")
+    print("%-11s" % "" + " ".join("%6s" % name[:6] for name in fmt.CLASS_NAMES))
+    for name, row in zip(fmt.CLASS_NAMES, matrix):
+        print("%-11s" % name + " ".join("%6d" % n for n in row))
+    print("saved %s" % picture)
+
+
+def main(argv=None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
+    _check_args(parser, args)
     try:
         if args.vertex_request:
-            if not args.files:
-                parser.error("--vertex-request needs image files.")
             print(json.dumps(vertex_request(args.files)))
-            return 0
-        if not args.model:
-            parser.error("--model DIR is required (an export such as JOB_DIR/export/best).")
-        if bool(args.files) == bool(args.records):
-            parser.error("give image/.npy files or --records FILE (one of the two).")
-        if not 1 <= args.top_k <= fmt.NUM_CLASSES:
-            parser.error("--top-k %d must be in 1..%d." % (args.top_k, fmt.NUM_CLASSES))
-        if args.files:
+        elif args.files:
             rows, notes = predict_files(args.model, args.files)
             for note in sorted(notes):
                 print("note: %s" % note, file=sys.stderr)
             print_predictions(rows, args.top_k, args.json)
-            return 0
-        labels, predicted = score_records(args.model, args.records)
-        accuracy = float(np.mean(labels == predicted))
-        matrix = confusion_matrix(labels, predicted)
-        save_confusion_png(matrix, args.confusion_matrix, "%s: accuracy %.4f" % (args.records, accuracy))
-        if args.json:
-            print(json.dumps({"records": args.records, "examples": int(labels.size), "accuracy": accuracy}))
         else:
-            print("%s: %d examples, accuracy %.4f" % (args.records, labels.size, accuracy))
-            print("confusion matrix (rows: true class, columns: predicted)")
-            print("%-11s" % "" + " ".join("%6s" % name[:6] for name in fmt.CLASS_NAMES))
-            for name, row in zip(fmt.CLASS_NAMES, matrix):
-                print("%-11s" % name + " ".join("%6d" % n for n in row))
-            print("saved %s" % args.confusion_matrix)
+            _report_records(args.model, args.records, args.confusion_matrix, args.json)
         return 0
     except (InputError, FileNotFoundError) as e:
         print("error: %s" % e, file=sys.stderr)

@@ -228,6 +228,24 @@ def study_spec(training_input: dict, trainer_flags=None) -> StudySpec:
     resume = hp.get("resumePreviousJobId")
     if resume is not None and (not isinstance(resume, str) or not resume):
         raise SpecError("%sresumePreviousJobId %r must be a study name." % (where, resume))
+    params = _params(hp, where, algorithm, trainer_flags)
+    failed = counts["maxFailedTrials"] or default_max_failed_trials(counts["maxTrials"])
+    return StudySpec(
+        goal=goal,
+        metric=metric,
+        max_trials=counts["maxTrials"],
+        max_parallel_trials=counts["maxParallelTrials"],
+        max_failed_trials=failed,
+        max_failed_trials_given=bool(counts["maxFailedTrials"]),
+        early_stopping=early,
+        resume_previous_job_id=resume,
+        algorithm=algorithm,
+        params=params,
+    )
+
+
+def _params(hp: dict, where: str, algorithm: str, trainer_flags) -> tuple:
+    """The study's parameters: at least one, each named once, none DOUBLE under GRID_SEARCH."""
     entries = hp.get("params")
     if not isinstance(entries, list) or not entries:
         raise SpecError("%sparams must list at least one parameter." % where)
@@ -243,19 +261,7 @@ def study_spec(training_input: dict, trainer_flags=None) -> StudySpec:
                 "%salgorithm GRID_SEARCH takes INTEGER, DISCRETE and CATEGORICAL parameters only; "
                 "%s is DOUBLE: make it DISCRETE or pick another algorithm." % (where, doubles[0])
             )
-    failed = counts["maxFailedTrials"] or default_max_failed_trials(counts["maxTrials"])
-    return StudySpec(
-        goal=goal,
-        metric=metric,
-        max_trials=counts["maxTrials"],
-        max_parallel_trials=counts["maxParallelTrials"],
-        max_failed_trials=failed,
-        max_failed_trials_given=bool(counts["maxFailedTrials"]),
-        early_stopping=early,
-        resume_previous_job_id=resume,
-        algorithm=algorithm,
-        params=params,
-    )
+    return params
 
 
 def _trial_counts(hp: dict, where: str) -> dict:

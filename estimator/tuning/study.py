@@ -346,9 +346,26 @@ class Coordinator(object):
 
         return len([t for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING])
 
-    def run(self):
+    def _check_failures(self, study) -> None:
+        """At the study's limit of failed trials: stops the running trials (failed too) and raises StudyFailed."""
         from optuna.trial import TrialState
 
+        failed = len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
+        if failed < self.spec.max_failed_trials:
+            return
+        for run in list(self.running.values()):
+            processes.stop_group(run.process)
+            self.finish(study, run, TrialState.FAIL, None)
+        raise StudyFailed(
+            "%d trial(s) failed, the study's limit (maxFailedTrials %d%s): stopping."
+            % (
+                failed,
+                self.spec.max_failed_trials,
+                "" if self.spec.max_failed_trials_given else ", by the default rule",
+            )
+        )
+
+    def run(self):
         study = self.study = self.open_study()
         done = self._started(study)
         if done:
@@ -356,19 +373,7 @@ class Coordinator(object):
         self.say("%-6s %-52s %-10s %-9s %9s" % ("trial", "parameters", self.spec.metric, "state", "duration"))
         try:
             while True:
-                failed = len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
-                if failed >= self.spec.max_failed_trials:
-                    for run in list(self.running.values()):
-                        processes.stop_group(run.process)
-                        self.finish(study, run, TrialState.FAIL, None)
-                    raise StudyFailed(
-                        "%d trial(s) failed, the study's limit (maxFailedTrials %d%s): stopping."
-                        % (
-                            failed,
-                            self.spec.max_failed_trials,
-                            "" if self.spec.max_failed_trials_given else ", by the default rule",
-                        )
-                    )
+                self._check_failures(study)
                 while len(self.running) < self.parallel and self._started(study) < self.max_trials:
                     self.start(study)
                 if not self.running:
