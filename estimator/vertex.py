@@ -4,7 +4,7 @@
         --base-output-dir gs://B/jobs/J --output job.yaml [--region R] [--spot] ... -- <trainer flags>
     python -m estimator.vertex hp-tuning-job --config hptuning_config.yaml --image-uri IMAGE \\
         --base-output-dir gs://B/studies/S --output hp.yaml [...] -- <trainer flags>
-    python -m estimator.vertex local-run job.yaml --image IMAGE=.venv/bin/python \\
+    python -m estimator.vertex local-run job.yaml {--image IMAGE=.venv/bin/python | --engine docker} \\
         --map gs://B=work/bucket [--trial 1 --param learning-rate=0.1]
     python -m estimator.vertex best-args hp.yaml [--output best.args]
 
@@ -200,8 +200,8 @@ def write_config(kind: str, argv) -> int:
     )
     print("Wrote %s. Submit it with:\n  %s" % (args.output, command))
     print(
-        "Rehearse it here first: python -m estimator.vertex local-run %s --image IMAGE=PYTHON --map gs://B=DIR"
-        % shlex.quote(args.output)
+        "Rehearse it here first: python -m estimator.vertex local-run %s --engine docker --map gs://B=DIR (or "
+        "--image IMAGE=PYTHON: a Python with the package installed stands for the image)" % shlex.quote(args.output)
     )
     return 0
 
@@ -227,6 +227,13 @@ def local_run(argv) -> int:
         "--image", action="append", metavar="URI=PYTHON", help="The Python that stands for an image (repeatable)."
     )
     parser.add_argument(
+        "--engine",
+        default=None,
+        metavar="docker|podman",
+        help="Run the images no --image names in their containers with this engine: the image you built, its "
+        "command and Vertex AI's variables; the --map directories and --work-dir mounted at their own paths.",
+    )
+    parser.add_argument(
         "--map", action="append", metavar="gs://B/P=DIR", help="A Cloud Storage prefix's local directory (repeatable)."
     )
     parser.add_argument("--trial", default="1", help="A tuning job's trial id (default 1).")
@@ -244,7 +251,14 @@ def local_run(argv) -> int:
         images, mapping = _pairs(args.image, "--image"), _pairs(args.map, "--map")
         work_dir = args.work_dir or tempfile.mkdtemp(prefix="vertex-local-run-")
         result = rehearsal.rehearse(
-            config, images, mapping, work_dir, args.trial, _pairs(args.param, "--param"), timeout=args.timeout
+            config,
+            images,
+            mapping,
+            work_dir,
+            args.trial,
+            _pairs(args.param, "--param"),
+            timeout=args.timeout,
+            engine=args.engine,
         )
     except (OSError, yaml.YAMLError) as e:
         print("error: %s: %s" % (args.config, e), file=sys.stderr)

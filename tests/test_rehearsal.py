@@ -177,6 +177,65 @@ def test_the_rehearsal_refuses_what_gcloud_or_vertex_ai_would(tmp_path, config, 
     assert message in str(e.value)
 
 
+def test_an_engine_runs_the_image_itself_with_vertex_ai_s_command_variables_and_folders():
+    """--engine docker: the pool's command in place of the image's ENTRYPOINT, on the host's network (the
+    cluster's addresses), Vertex AI's variables by name (their values from the engine's environment, which the
+    cluster sets per task), the mapped folders and the rehearsal's own at their own paths."""
+    pool = {"containerSpec": dict(CONTAINER, args=["--data-dir=gs://b/d", "--recipe", "cpu_5min"])}
+    argv = rehearsal._command(pool, {}, {"gs://b": "/m/b"}, ["--lr=0.1"], "docker", ["/m/b", "/w"])
+    variables = ["TF_CONFIG", "CLUSTER_SPEC", "CLOUD_ML_TRIAL_ID", "CLOUD_ML_HP_METRIC_FILE"]
+    variables += ["AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR"]
+    assert argv == (
+        ["docker", "run", "--rm", "--network", "host", "--entrypoint", "python"]
+        + [word for name in variables for word in ("--env", name)]
+        + ["--volume", "/m/b:/m/b", "--volume", "/w:/w", IMAGE, "-m", "estimator.cifar10_main"]
+        + ["--data-dir=/m/b/d", "--recipe", "cpu_5min", "--lr=0.1"]
+    )
+    # An image --image names runs as that Python, engine or not.
+    assert rehearsal._command(pool, {IMAGE: "/py"}, {"gs://b": "/m/b"}, [], "docker", [])[:3] == [
+        "/py",
+        "-m",
+        "estimator.cifar10_main",
+    ]
+
+
+@pytest.mark.parametrize(
+    "pool,engine,message",
+    [
+        ({"containerSpec": CONTAINER}, "no-such-engine-here", "--engine no-such-engine-here: no such command here"),
+        (
+            {"pythonPackageSpec": {"executorImageUri": "e:1", "packageUris": ["/p.tar.gz"], "pythonModule": "m"}},
+            "true",
+            "the image e:1 is not mapped: name the Python that stands for it here with --image e:1=PYTHON (an "
+            "environment with the package installed, e.g. .venv/bin/python).",
+        ),
+    ],
+)
+def test_an_engine_that_is_not_here_or_an_executor_image_is_refused(tmp_path, pool, engine, message):
+    """An engine runs containers of the package; an executor image installs the sdist at start: a Python of
+    this machine stands for it."""
+    with pytest.raises(spec_lib.SpecError) as e:
+        rehearsal.rehearse(_job(**pool), {}, {}, str(tmp_path), engine=engine)
+    assert message in str(e.value)
+
+
+def test_relative_folders_are_the_same_folders_for_every_replica(tmp_path, monkeypatch):
+    """--map work/bucket and --work-dir given relative: a replica that runs elsewhere (an installed package
+    runs from the rehearsal's directory, a container mounts them) still finds them."""
+    monkeypatch.chdir(tmp_path)
+    env = "os.environ['AIP_CHECKPOINT_DIR'], os.environ['CLOUD_ML_HP_METRIC_FILE']"
+    show = "import os, sys; print('seen', sys.argv[1], %s)" % env
+    command = {"imageUri": IMAGE, "command": ["python", "-c", show], "args": ["gs://b/data"]}
+    job = dict(_job(containerSpec=command), baseOutputDirectory={"outputUriPrefix": "gs://b/jobs/j"})
+    result = rehearsal.rehearse(
+        job, {IMAGE: sys.executable}, {"gs://b": "bucket"}, "rehearsal", out=open(os.devnull, "w")
+    )
+    assert result.exit_code == 0, result.log
+    [seen] = [line.split()[1:] for line in result.log.splitlines() if "seen " in line]
+    bucket, work = str(tmp_path / "bucket"), str(tmp_path / "rehearsal")
+    assert seen == [bucket + "/data", bucket + "/jobs/j/checkpoints/", work + "/chief-0/output.metrics"]
+
+
 def test_a_trial_gets_its_parameters_as_vertex_ai_passes_them():
     study = {
         "parameters": [

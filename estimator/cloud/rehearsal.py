@@ -7,8 +7,9 @@ and the environment Vertex AI documents: ``TF_CONFIG`` (worker pool 0 named ``ch
 ``CLUSTER_SPEC`` (pools ``workerpool0``..``3``), ``CLOUD_ML_TRIAL_ID``, and ``AIP_MODEL_DIR``,
 ``AIP_CHECKPOINT_DIR``, ``AIP_TENSORBOARD_LOG_DIR`` under ``baseOutputDirectory`` (``<trial id>/`` in a
 trial). What cannot run here is mapped with explicit flags: the image to the Python that stands for its
-``python`` (``--image URI=PYTHON``), and ``gs://`` paths to local directories (``--map gs://B/P=DIR``;
-TensorFlow's own Cloud Storage client, which the Estimator uses, cannot be pointed at an emulator). A job
+``python`` (``--image URI=PYTHON``), or the image itself run by a container engine (``--engine docker``),
+and ``gs://`` paths to local directories (``--map gs://B/P=DIR``; TensorFlow's own Cloud Storage client,
+which the Estimator uses, cannot be pointed at an emulator). A job
 that gcloud or Vertex AI would refuse is refused here first. The result: the exit code of the chief and
 the metric its trainer reported through cloudml-hypertune.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 
@@ -27,6 +29,10 @@ from estimator.tuning import spec as spec_lib
 # Worker pools by position, as Vertex AI reads them; the names TF_CONFIG and CLUSTER_SPEC give them.
 POOL_ROLES = ("chief", "worker", "ps", "evaluator")
 METRIC_FILE = "output.metrics"
+# Vertex AI's directories for the trainer, under the job's base output directory.
+OUTPUT_VARIABLES = ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR")
+# Every variable the rehearsal sets for a replica as Vertex AI does: what a container gets from the engine.
+TASK_VARIABLES = ("TF_CONFIG", "CLUSTER_SPEC", "CLOUD_ML_TRIAL_ID", "CLOUD_ML_HP_METRIC_FILE", *OUTPUT_VARIABLES)
 
 
 @dataclass
@@ -105,8 +111,9 @@ def mapped(value: str, mapping: dict, required: bool = True) -> str:
     )
 
 
-def _command(pool: dict, images: dict, mapping: dict, trial_args) -> list:
-    """A replica's command line as Vertex AI runs it, with the image's ``python`` standing for the image."""
+def _command(pool: dict, images: dict, mapping: dict, trial_args, engine=None, mounts=()) -> list:
+    """A replica's command line as Vertex AI runs it: with the image's ``python`` standing for the image, or
+    in the image itself under ENGINE (``_in_container``)."""
     if "containerSpec" in pool:
         spec, image = pool["containerSpec"], pool["containerSpec"]["imageUri"]
         command = list(spec.get("command") or [])
@@ -119,23 +126,40 @@ def _command(pool: dict, images: dict, mapping: dict, trial_args) -> list:
         command = ["python", "-m", spec["pythonModule"]]
         if not spec.get("packageUris"):
             raise spec_lib.SpecError("pythonPackageSpec of %s has no packageUris: Vertex AI needs the sdist." % image)
-    if image not in images:
-        raise spec_lib.SpecError(
-            "the image %s is not mapped: name the Python that stands for it here with --image %s=PYTHON (an "
-            "environment with the package installed, e.g. .venv/bin/python)." % (image, image)
-        )
-    if command[0] == "python":
-        command[0] = images[image]
-    return command + [mapped(a, mapping) for a in list(spec.get("args") or []) + list(trial_args)]
+    args = [mapped(a, mapping) for a in list(spec.get("args") or []) + list(trial_args)]
+    if image in images:
+        if command[0] == "python":
+            command[0] = images[image]
+        return command + args
+    if engine and "containerSpec" in pool:
+        return _in_container(engine, image, command, mounts) + args
+    raise spec_lib.SpecError(
+        "the image %s is not mapped: name the Python that stands for it here with --image %s=PYTHON (an "
+        "environment with the package installed, e.g. .venv/bin/python)%s."
+        % (image, image, ", or run the image you built with --engine docker" if "containerSpec" in pool else "")
+    )
 
 
-def _install_packages(sdists, commands, work_dir) -> str:
-    """Installs the job's packages as the executor image does (pip, no dependencies: the image has them)
-    into a directory of the rehearsal's own; returns it. The package's source tree is not on that path."""
+def _in_container(engine: str, image: str, command, mounts) -> list:
+    """``ENGINE run`` of IMAGE as Vertex AI runs a ``containerSpec``: its command in place of the image's
+    ENTRYPOINT, the host's network (the cluster's addresses are on 127.0.0.1), the variables of
+    ``TASK_VARIABLES`` by name (the engine takes their values from its own environment, which the cluster sets
+    for each task), and MOUNTS (the mapped directories and the rehearsal's own) at their own paths."""
+    argv = [engine, "run", "--rm", "--network", "host", "--entrypoint", command[0]]
+    for name in TASK_VARIABLES:
+        argv += ["--env", name]
+    for path in mounts:
+        argv += ["--volume", "%s:%s" % (path, path)]
+    return argv + [image] + command[1:]
+
+
+def _install_packages(sdists, python, work_dir) -> str:
+    """Installs the job's packages with PYTHON as the executor image does (pip, no dependencies: the image
+    has them) into a directory of the rehearsal's own; returns it. The package's source tree is not on that
+    path."""
     import subprocess
 
     site = os.path.join(work_dir, "site-packages")
-    python = next(iter(commands.values()))[0]
     proc = subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", site, *sdists],
         capture_output=True,
@@ -144,6 +168,16 @@ def _install_packages(sdists, commands, work_dir) -> str:
     if proc.returncode:
         raise spec_lib.SpecError("pip could not install %s: %s" % (" ".join(sdists), proc.stderr.strip()[-500:]))
     return site
+
+
+def _install_job_packages(pools, commands: dict, mapping: dict, work_dir: str):
+    """The job's sdists installed with the Python of the first pool that names them (``_install_packages``);
+    None for a job of containers."""
+    users = [i for i, pool in enumerate(pools) if (pool.get("pythonPackageSpec") or {}).get("packageUris")]
+    if not users:
+        return None
+    packages = sorted({uri for i in users for uri in pools[i]["pythonPackageSpec"]["packageUris"]})
+    return _install_packages([mapped(uri, mapping) for uri in packages], commands[POOL_ROLES[users[0]]][0], work_dir)
 
 
 def _trial(config: dict, trial: str, parameters) -> tuple:
@@ -164,11 +198,7 @@ def _outputs(job: dict, mapping: dict, trial_id) -> dict:
     if not base:
         return {}
     root = mapped(base, mapping).rstrip("/") + ("/" + trial_id if trial_id else "")
-    return {
-        "AIP_MODEL_DIR": root + "/model/",
-        "AIP_CHECKPOINT_DIR": root + "/checkpoints/",
-        "AIP_TENSORBOARD_LOG_DIR": root + "/logs/",
-    }
+    return dict(zip(OUTPUT_VARIABLES, (root + "/model/", root + "/checkpoints/", root + "/logs/")))
 
 
 def _task_environment(cluster: LocalCluster, counts: dict, outputs: dict, trial_id, site, work_dir):
@@ -199,6 +229,7 @@ def rehearse(
     parameters=None,
     out=sys.stdout,
     timeout: float = 3600,
+    engine=None,
 ) -> Rehearsal:
     """Runs the job (or one trial of the tuning job) CONFIG as Vertex AI would; see the module's docstring.
 
@@ -208,6 +239,7 @@ def rehearse(
       mapping: gs:// prefix -> local directory.
       work_dir: the rehearsal's own files (each replica's hypertune metrics).
       parameters: a trial's {parameterId: value}; default ``default_parameters``.
+      engine: a container engine (docker, podman) that runs the images IMAGES does not name.
 
     Raises:
       SpecError: what gcloud or Vertex AI would refuse, or what is not mapped.
@@ -215,15 +247,24 @@ def rehearse(
     job = config.get("trialJobSpec", config)
     pools = job.get("workerPoolSpecs")
     check_pools(pools)
+    if engine and not shutil.which(engine):
+        raise spec_lib.SpecError(
+            "--engine %s: no such command here: install Docker or Podman, or name the Python that stands for each "
+            "image with --image URI=PYTHON." % engine
+        )
+    # Absolute, as the replicas see them: an installed package runs from the rehearsal's directory, a container
+    # mounts them at their own paths.
+    mapping = {prefix: os.path.abspath(path) for prefix, path in mapping.items()}
+    work_dir = os.path.abspath(work_dir)
     trial_id, trial_args = _trial(config, trial, parameters)
-    commands = {POOL_ROLES[i]: _command(pool, images, mapping, trial_args) for i, pool in enumerate(pools)}
-    packages = sorted({uri for pool in pools for uri in (pool.get("pythonPackageSpec") or {}).get("packageUris", [])})
-    site = _install_packages([mapped(uri, mapping) for uri in packages], commands, work_dir) if packages else None
+    mounts = sorted(set(mapping.values()) | {work_dir})
+    commands = {
+        POOL_ROLES[i]: _command(pool, images, mapping, trial_args, engine, mounts) for i, pool in enumerate(pools)
+    }
+    site = _install_job_packages(pools, commands, mapping, work_dir)
     counts = {POOL_ROLES[i]: int(pool.get("replicaCount", 1)) for i, pool in enumerate(pools)}
     outputs = _outputs(job, mapping, trial_id)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("AIP_")}
-    for name in ("TF_CONFIG", "CLUSTER_SPEC", "CLOUD_ML_TRIAL_ID"):
-        environ.pop(name, None)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("AIP_") and k not in TASK_VARIABLES}
     cluster = LocalCluster(
         [],
         workers=counts.get("worker", 0),
