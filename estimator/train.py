@@ -25,7 +25,7 @@ from estimator.health import nonfinite
 from estimator.networks import registry
 from estimator.reporting import summaries
 from estimator.serving import exporters
-from estimator.training import config, hooks, time_budget
+from estimator.training import config, hooks, speed_probes, time_budget
 from estimator.training import hparams as hparams_lib
 from estimator.training.model_fn import model_fn
 
@@ -393,7 +393,7 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
     if hp.precision_probe:
         probe = " (auto: %s img/s)" % ", ".join("%s %.0f" % kv for kv in sorted(hp.precision_probe.items()))
     elif hp.precision_probe is not None:
-        probe = " (auto: this CPU lacks native bf16)"
+        probe = " (auto: %s)" % speed_probes.untimed_reason(hp)
     logs.info(
         "%s, %s%s, %s of %d images, %s schedule (peak learning rate %.4g), %d tower(s) on "
         "%s, %d images per tower per step; all hyperparameters in %s",

@@ -168,6 +168,11 @@ def test_choice_is_the_faster_timed_once_per_cpu_and_shape(tmp_path):
     cache[key] = {fg.NATIVE: 1.0}  # a damaged entry is timed again
     json.dump(cache, open(path, "w"))
     assert choose((512, 4, 4, 256)) == fg.NATIVE and len(calls) == 5
+    # A budget too short for probes (measure False): what is cached, else TensorFlow's kernel, untimed.
+    untimed = lambda shape: fg.choose(  # noqa: E731
+        shape, (3, 3, 256, 256), tf.bfloat16, cpu={"model": "Xeon"}, timer=timer, cache_file=path, measure=False
+    )
+    assert untimed((512, 8, 8, 256)) == fg.MATMULS and untimed((128, 8, 8, 256)) == fg.NATIVE and len(calls) == 5
 
 
 @pytest.mark.bf16_kernels
@@ -339,6 +344,17 @@ def test_benchmark_sweeps_every_small_square_map_of_each_candidate_kernel(tmp_pa
     assert [(r["kernel"], r["side"]) for r in rows] == [([3, 3, 128, 128], side) for side in range(1, 9)]
     assert [r["ratio"] for r in rows] == [side / 10 for side in range(1, 9)]
     assert timed[0] == ((4, 1, 1, 128), (3, 3, 128, 128)) and "3x3x128x128" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("budget,measured", [(90.0, False), (300.0, True), (None, True)])
+def test_the_configuration_times_filter_gradients_only_where_the_budget_affords_probes(monkeypatch, budget, measured):
+    from estimator.training import config
+
+    asked = []
+    monkeypatch.setattr(fg, "choose", lambda *shape, **kw: asked.append(kw["measure"]) or fg.NATIVE)
+    params = hp(network="airbench", width_multiplier=0.5, precision="bf16", time_budget=budget)
+    assert config._measure_filter_gradients(params, {"model": "Xeon", "flags": {"amx_bf16"}}) == {"3x3x128x128": []}
+    assert asked and set(asked) == {measured}
 
 
 @pytest.mark.bf16_kernels

@@ -365,6 +365,11 @@ def test_a_budget_too_short_for_probes_chooses_from_estimates_and_says_so(mini_r
     member, record, probe, speed = config._measure_and_choose(hp, EPYC, given)
     assert {c["speed"] for c in record["candidates"]} == {"estimated from airbench94 x0.5, " + family.ASSUMED}
     assert speed["how"].endswith(family.ASSUMED) and member.name == "airbench94 x0.25"
+    assert (record["precision"], probe) == ("fp32", {})
+    # Where bf16 is native, the family's faster precision everywhere it was measured, untimed.
+    amx = dict(EPYC, model="Xeon", family="6", model_number="143", flags={"avx2", "amx_bf16", "avx512_bf16"})
+    member, record, probe, speed = config._measure_and_choose(hp, amx, given)
+    assert (record["precision"], probe, member.name) == ("bf16", {}, "airbench94 x0.25")
     # What an earlier, longer job timed is used: figures of this CPU, for free.
     monkeypatch.setattr(speed_probes, "time_network", SlowCpu().time_network)
     long_hp, long_given = _recipe_values(tmp_path, mini_records, "5m", cache)

@@ -546,6 +546,32 @@ def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
         assert machine.native_bf16({"flags": {"amx_bf16"}, "isa": isa}), isa
 
 
+def test_precision_auto_untimed_takes_bf16_for_airbench_where_native_and_says_why(tmp_path):
+    # A budget under PROBED_BUDGET_SECS with nothing cached times nothing: airbench's members trained faster
+    # in bf16 on every CPU where it is native (x0.375 tied), the ResNets not always.
+    from estimator.training import speed_probes
+    from tests.helpers import hp
+
+    def no_timing(*_, **__):
+        raise AssertionError("nothing is timed in a budget too short for probes")
+
+    amx = {"model": "Xeon", "flags": {"amx_bf16", "avx512_bf16"}, "isa": ""}
+    cache = str(tmp_path / "c.json")
+    airbench, resnet = hp(network="airbench", time_budget=90.0), hp(network="resnet", time_budget=90.0)
+    assert speed_probes.choose(airbench, cpu=amx, timer=no_timing, cache_file=cache, measure=False) == ("bf16", {})
+    assert speed_probes.choose(resnet, cpu=amx, timer=no_timing, cache_file=cache, measure=False) == ("fp32", {})
+    assert not os.path.exists(cache)
+    assert speed_probes.untimed_reason(airbench, amx) == (
+        "not timed in a budget under 0:02:00; bf16 by estimate for the airbench network"
+    )
+    assert speed_probes.untimed_reason(resnet, amx) == (
+        "not timed in a budget under 0:02:00; fp32 by estimate for the resnet network"
+    )
+    held = dict(amx, isa="AVX2")
+    assert speed_probes.choose(airbench, cpu=held, timer=no_timing, cache_file=cache, measure=False) == ("fp32", {})
+    assert speed_probes.untimed_reason(airbench, held) == "this CPU lacks native bf16"
+
+
 @pytest.mark.bf16_kernels
 def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
     from estimator.training import speed_probes

@@ -136,15 +136,19 @@ def cache_key(cpu: dict, x_shape, kernel_shape, dtype) -> str:
     return "|".join(str(v) for v in parts)
 
 
-def choose(x_shape, kernel_shape, dtype, cpu=None, timer=time_filter_gradients, cache_file=None) -> str:
+def choose(x_shape, kernel_shape, dtype, cpu=None, timer=time_filter_gradients, cache_file=None, measure=True) -> str:
     """``MATMULS`` or ``NATIVE``: the faster filter gradient for this convolution on this CPU, timed on
-    first use and cached per CPU (``machine.cpu_key``), TensorFlow version, type and shape."""
+    first use and cached per CPU (``machine.cpu_key``), TensorFlow version, type and shape. ``measure``
+    False: from the cache, else ``NATIVE`` (TensorFlow's own kernel, untimed)."""
     import logging
 
     cpu = cpu or machine.cpu_info()
     path = cache_file or machine.cache_path(CACHE_FILE)
     key = cache_key(cpu, x_shape, kernel_shape, dtype)
-    timing, measured = machine.cached_probe(path, key, (NATIVE, MATMULS), lambda: timer(x_shape, kernel_shape, dtype))
+    timer_fn = (lambda: timer(x_shape, kernel_shape, dtype)) if measure else None
+    timing, measured = machine.cached_probe(path, key, (NATIVE, MATMULS), timer_fn)
+    if timing is None:
+        return NATIVE
     if measured:
         logging.getLogger("tensorflow").info(
             "Filter gradient of a %s convolution on %s: %.1f ms native, %.1f ms as matrix products.",
@@ -200,12 +204,13 @@ class Measured(Recorded):
     channels and 0.24 to 1.24 for 128, and no side won between two that lost:
     ``benchmarks.filter_gradient_speed --sweep``, docs/speed.md), so a side below one where they won
     wins too, and a side above one where they lost loses. Asked from the largest map down, a first run
-    times two or three sides of a convolution instead of each one."""
+    times two or three sides of a convolution instead of each one. ``measure`` False (a budget too short
+    for probes): what the cache holds, else TensorFlow's kernel."""
 
-    def __init__(self, cache_dir: str = None, cpu=None, choose_fn=None):
+    def __init__(self, cache_dir: str = None, cpu=None, choose_fn=None, measure=True):
         super().__init__()
         cache_file = machine.cache_path(CACHE_FILE, cache_dir)
-        self._choose = choose_fn or (lambda *shape: choose(*shape, cpu=cpu, cache_file=cache_file))
+        self._choose = choose_fn or (lambda *shape: choose(*shape, cpu=cpu, cache_file=cache_file, measure=measure))
         self._decided = {}  # (kernel, batch, channels in, dtype) -> {side: MATMULS or NATIVE}
 
     def _faster(self, x_shape, kernel_shape, dtype) -> str:

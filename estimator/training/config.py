@@ -196,7 +196,9 @@ def _measure_filter_gradients(hp: hparams_lib.HParams, cpu: dict) -> dict:
 
     # The largest images first: their maps decide the most sides of the smaller ones (``Measured``).
     sides = sorted({side for _, side in hp.image_sizes.changes()}, reverse=True) if hp.image_sizes else [fmt.HEIGHT]
-    plan = filter_gradient.Measured(hp.probe_cache, cpu)
+    from estimator.training import speed_probes
+
+    plan = filter_gradient.Measured(hp.probe_cache, cpu, measure=speed_probes.affordable(hp.time_budget))
     for side in sides:
         with tf.Graph().as_default():
             images = tf.compat.v1.placeholder(tf.float32, [hp.train_batch_size // len(hp.towers), side, side, 3])

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import hashlib
 
-from estimator.common import tensor_names
+from estimator.common import durations, tensor_names
 from estimator.common.machine import cache_path, cached_probe, cpu_info, cpu_key, native_bf16, seconds_per_run
+from estimator.common.options import Network, Precision
 from estimator.networks import airbench, layers, registry, resnet
 from estimator.ops import filter_gradient, gelu
 
@@ -44,6 +45,11 @@ PRECISION_PROBE_BATCH = 128
 # --time-budget: below this budget nothing is timed (a first run's probes, 4-15 s, would be a tenth of it);
 # the choices are made from what the cache holds, else from estimates, and say so.
 PROBED_BUDGET_SECS = 120.0
+# --precision auto where bf16 is native but neither precision was timed (a budget under PROBED_BUDGET_SECS,
+# nothing cached): airbench's family trained in bf16 at 1.26-3.25x fp32's images/s for every member on the
+# Zen 4, the Zen 5 and the Xeon with AMX, but x0.375 at 0.99-1.06x (docs/speed.md); the ResNets not always
+# (ResNet-14 1.5x wide at 0.45x on that Xeon): fp32 for them, which every CPU computes natively.
+UNTIMED_CHOICE = {Network.AIRBENCH: Precision.BF16}
 
 
 def affordable(time_budget) -> bool:
@@ -161,6 +167,17 @@ def network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True, evalu
     return cached_probe(path, key + "|train", ("train",), train_only)[0]
 
 
+def untimed_reason(hp, cpu=None) -> str:
+    """Why ``--precision auto`` chose without timing (``choose`` gave an empty probe), for the log."""
+    if not native_bf16(cpu or cpu_info()):
+        return "this CPU lacks native bf16"
+    return "not timed in a budget under %s; %s by estimate for the %s network" % (
+        durations.format_clock(PROBED_BUDGET_SECS),
+        UNTIMED_CHOICE.get(hp.network, Precision.FP32),
+        hp.network,
+    )
+
+
 def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
     """``(precision, probe)``: the faster of fp32 and bf16 for ``hp``'s network on this CPU.
 
@@ -170,8 +187,7 @@ def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
     native, it trained every member of the family 1.28-1.60x faster than fp32 on the Zen 5, so its
     evaluation is the one the budget will plan with), fp32's training alone, at ``PRECISION_PROBE_BATCH``
     images a tower at most (its evaluation, and its speed at the job's batch, are timed only where fp32
-    wins). ``measure`` False: from what is cached, and fp32 (which every CPU computes natively) where not
-    both are.
+    wins). ``measure`` False: from what is cached, else ``UNTIMED_CHOICE``'s estimate (an empty probe).
     """
     cpu = cpu or cpu_info()
     if not native_bf16(cpu):
@@ -180,6 +196,6 @@ def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
     probed = {"fp32": hp.replace(precision="fp32", train_batch_size=fp32_batch), "bf16": hp.replace(precision="bf16")}
     speeds = {p: network_speed(probed[p], cpu, timer, cache_file, measure, evaluate=p == "bf16") for p in CANDIDATES}
     if None in speeds.values():
-        return "fp32", {}
+        return UNTIMED_CHOICE.get(hp.network, Precision.FP32), {}
     probe = {p: speed["train"] for p, speed in speeds.items()}
     return max(CANDIDATES, key=lambda p: probe[p]), probe
