@@ -184,7 +184,7 @@ def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
     ``probe`` maps each precision timed to its training images/s; it is empty where bf16 is not native
     here (the CPU's flags, or ``ONEDNN_MAX_CPU_ISA`` holding oneDNN below bf16: then fp32, and nothing is
     timed). Each precision's figures are ``network_speed``'s, cached with them: bf16's whole (where it is
-    native, it trained every member of the family 1.28-1.60x faster than fp32 on the Zen 5, so its
+    native, it trained every member of the family but x0.375 (1.03x) 1.29-1.58x as fast as fp32 on the Zen 5, so its
     evaluation is the one the budget will plan with), fp32's training alone, at ``PRECISION_PROBE_BATCH``
     images a tower at most (its evaluation, and its speed at the job's batch, are timed only where fp32
     wins). ``measure`` False: from what is cached, else ``UNTIMED_CHOICE``'s estimate (an empty probe).
