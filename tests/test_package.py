@@ -137,6 +137,15 @@ def test_the_layers_hold_and_an_import_up_a_layer_breaks_them(tmp_path):
     assert "Data, networks and their kernels never import what trains" in broken.stdout and "BROKEN" in broken.stdout
 
 
+def _bare_env(path: str) -> dict:
+    """This environment with PATH, and no Python named from outside: neither ``PYTHON`` nor what an outer
+    ``make test PYTHON=...`` hands its children in ``MAKEFLAGS``."""
+    env = dict(os.environ, PATH=path)
+    for name in ("PYTHON", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"):
+        env.pop(name, None)
+    return env
+
+
 def _fake_bin(tmp_path, pythons):
     """A PATH of its own: ``python3`` a Python 3.12 (it fails the Makefile's version check, as 3.12
     does), the given real interpreters, and the few tools make's recipes use."""
@@ -158,14 +167,12 @@ def test_make_finds_a_python_tensorflow_215_has_wheels_for_or_says_what_to_insta
     import shutil as sh
 
     makefile, make = os.path.join(REPO, "Makefile"), sh.which("make")
-    env = dict(os.environ, PATH=_fake_bin(tmp_path, ["python3.11"]))
-    env.pop("PYTHON", None)
+    env = _bare_env(_fake_bin(tmp_path, ["python3.11"]))
     found = subprocess.run([make, "-s", "-f", makefile, "print-python"], env=env, capture_output=True, text=True)
     assert found.stdout.strip() == "python3.11", found.stdout + found.stderr
     bare = tmp_path / "bare"
     bare.mkdir()
-    env = dict(os.environ, PATH=_fake_bin(bare, []))
-    env.pop("PYTHON", None)
+    env = _bare_env(_fake_bin(bare, []))
     venv = str(tmp_path / "venv")
     refused = subprocess.run(
         [make, "-s", "-f", makefile, "VENV=" + venv, "venv"], env=env, capture_output=True, text=True, cwd=REPO

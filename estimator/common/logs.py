@@ -65,10 +65,13 @@ def verbose_requested(argv=None) -> bool:
 
 
 def quiet_imports(argv=None) -> None:
-    """Before importing the Cloud libraries: drop google.api_core's notice that a
-    future release will drop this Python version (nothing to act on today)."""
+    """Before importing the Cloud libraries: drop google.api_core's notices that a future release will drop
+    this Python version, or (3.9) that its releases no longer support it: TensorFlow 2.15 runs on 3.9-3.11
+    only, so there is nothing to act on."""
     if not verbose_requested(argv):
-        warnings.filterwarnings("ignore", message=r"You are using a Python version", category=FutureWarning)
+        warnings.filterwarnings(
+            "ignore", message=r"You are using a (non-supported )?Python version", category=FutureWarning
+        )
 
 
 class _QuietFilter(logging.Filter):
