@@ -167,13 +167,17 @@ def network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True, evalu
     return cached_probe(path, key + "|train", ("train",), train_only)[0]
 
 
+def _untimed_choice(hp):
+    return UNTIMED_CHOICE.get(hp.network, Precision.FP32)
+
+
 def untimed_reason(hp, cpu=None) -> str:
     """Why ``--precision auto`` chose without timing (``choose`` gave an empty probe), for the log."""
     if not native_bf16(cpu or cpu_info()):
         return "this CPU lacks native bf16"
     return "not timed in a budget under %s; %s by estimate for the %s network" % (
         durations.format_clock(PROBED_BUDGET_SECS),
-        UNTIMED_CHOICE.get(hp.network, Precision.FP32),
+        _untimed_choice(hp),
         hp.network,
     )
 
@@ -196,6 +200,6 @@ def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
     probed = {"fp32": hp.replace(precision="fp32", train_batch_size=fp32_batch), "bf16": hp.replace(precision="bf16")}
     speeds = {p: network_speed(probed[p], cpu, timer, cache_file, measure, evaluate=p == "bf16") for p in CANDIDATES}
     if None in speeds.values():
-        return UNTIMED_CHOICE.get(hp.network, Precision.FP32), {}
+        return _untimed_choice(hp), {}
     probe = {p: speed["train"] for p, speed in speeds.items()}
     return max(CANDIDATES, key=lambda p: probe[p]), probe
