@@ -1,7 +1,6 @@
 """Shared fixtures: small archives, the shared data sets, a storage emulator."""
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -9,7 +8,7 @@ import time
 
 import pytest
 
-from tests.helpers import MINI_ARCHIVE, MINI_SHA256, free_port
+from tests.helpers import MINI_ARCHIVE, MINI_SHA256
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # As estimator/__init__.py does, for test modules that import TensorFlow before the package.
@@ -55,29 +54,30 @@ def mini_records(tmp_path_factory, mini_archive):
 
 
 @pytest.fixture(scope="session")
-def gcs_emulator():
-    """A real gcp-storage-emulator process on loopback; yields its URL."""
-    port = free_port()
-    exe = os.path.join(os.path.dirname(sys.executable), "gcp-storage-emulator")
-    proc = subprocess.Popen(
-        [exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def gcs_emulator(tmp_path_factory):
+    """gcp-storage-emulator on loopback for google-cloud-storage and TensorFlow's own gs:// client alike
+    (``tests/cloud_storage.py``), a real process; yields the variables that point both at it."""
+    from tests import cloud_storage
+
+    directory = str(tmp_path_factory.mktemp("cloud-storage"))
+    log = os.path.join(directory, "server.log")  # a file, not a pipe nobody reads: the emulator's tracebacks
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.cloud_storage", directory],
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail("gcp-storage-emulator exited with %s" % proc.returncode)
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("gcp-storage-emulator did not listen on port %d" % port)
+    while not os.path.exists(os.path.join(directory, "ports.json")):
+        if proc.poll() is not None:
+            pytest.fail("tests.cloud_storage exited with %s: %s" % (proc.returncode, open(log).read()))
+        if time.time() > deadline:
+            proc.kill()
+            pytest.fail("tests.cloud_storage wrote no ports.json in 30 s")
+        time.sleep(0.1)
     try:
-        yield "http://127.0.0.1:%d" % port
+        yield cloud_storage.environment(directory)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -85,10 +85,12 @@ def gcs_emulator():
 
 @pytest.fixture
 def gcs(gcs_emulator, monkeypatch):
-    """The emulator as the package's Cloud Storage, with a fresh bucket; yields gs://bucket."""
+    """The emulator as Cloud Storage for this test and the processes it starts, with a fresh bucket; yields
+    gs://bucket."""
     from estimator.common import storage
 
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator)
+    for name, value in gcs_emulator.items():
+        monkeypatch.setenv(name, value)
     storage._client_cache.clear()
     name = "test-bucket-%d" % int(time.time() * 1e6)
     storage._client().create_bucket(name)

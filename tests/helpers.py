@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
@@ -99,6 +100,12 @@ def run_joined(module, *args, env=None, timeout=600):
 def run_main(*flags, env=None, timeout=600):
     """The trainer's command; returns (exit code, stdout and stderr together)."""
     return run_joined("estimator.cifar10_main", *flags, env=env, timeout=timeout)
+
+
+def fetch_json(url):
+    """The JSON a local server (TensorBoard's plugin API) answers at URL."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read().decode())
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ import math
 import os
 import subprocess
 import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ from estimator.reporting import pictures, summaries
 from estimator.training.model_fn import model_fn
 from tests import cifar_archives as ca
 from tests import helpers
-from tests.helpers import REPO, events, run_job, run_joined, tensorboard
+from tests.helpers import REPO, events, fetch_json, run_job, run_joined, tensorboard
 
 v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
@@ -436,11 +435,6 @@ def test_blank_images_stop_training_under_health_checks_stop(blank_records, tmp_
     record = json.load(open(os.path.join(job, "health.json")))
     assert [(r["rule"], r["step"], r["action"]) for r in record] == [("input_stats", 0, "stop")]
     assert not os.path.exists(os.path.join(job, "results.json"))
-
-
-def fetch_json(url):
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read().decode())
 
 
 @pytest.mark.slow

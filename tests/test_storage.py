@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import time
 
 import pytest
 import tensorflow as tf
@@ -10,7 +12,7 @@ from estimator.common import storage
 from estimator.data import records as fmt
 from estimator.data.convert import ConversionError, convert
 from tests import cifar_archives as ca
-from tests.helpers import gcs_names
+from tests.helpers import MINI_SHA256, fetch_json, gcs_names, predict_records, run_job, run_joined, tensorboard
 
 
 def test_text_round_trip_and_remove(gcs):
@@ -66,3 +68,48 @@ def test_failed_convert_leaves_nothing_in_the_bucket(gcs, tmp_path):
     with pytest.raises(ConversionError):
         convert(gcs + "/cifar", source=str(tmp_path / "a.tar.gz"), md5="0" * 32, progress=False, log=lambda *_: None)
     assert gcs_names(gcs + "/cifar") == []
+
+
+@pytest.mark.slow
+def test_a_job_on_cloud_storage_through_tensorflows_own_client(gcs, mini_archive, tmp_path):
+    """The docs' cloud path with every path on gs://, as a Vertex AI job has it: the converter writes the
+    records to the bucket; the trainer reads them and writes its checkpoints, summaries and exports through
+    TensorFlow's own client and its records (hparams.json, results.json) through google-cloud-storage; the
+    same command resumes from the bucket; TensorBoard and predict read it there."""
+    data, job = gcs + "/cifar-10-data", gcs + "/jobs/j1"
+    rc, out = run_joined(
+        "generate_cifar10_tfrecords", "--data-dir", data, "--source", mini_archive, "--sha256", MINI_SHA256
+    )
+    assert rc == 0, out
+    assert gcs_names(data) == ["cifar10_manifest.json", "eval.tfrecords", "train.tfrecords", "validation.tfrecords"]
+    flags = "--num-gpus 0 --num-layers 8 --train-batch-size 32 --eval-batch-size 100 --log-every-n-steps 10 --seed 2"
+    rc, log = run_job(data, job, "--train-steps", "20", *flags.split())
+    assert rc == 0, log[-3000:]
+    assert tf.io.gfile.exists(job + "/model.ckpt-20.index")
+
+    rc, log = run_job(data, job, "--train-steps", "40", *flags.split())
+    assert rc == 0, log[-3000:]
+    assert [int(s) for s in re.findall(r"step (\d+)/40 \(\d+%\) \| ", log)] == [21, 31, 40]  # from the bucket's step 20
+    results = json.loads(storage.read_text(job + "/results.json"))
+    assert results["global_step"] == 40 and results["eval_examples"] == 1017
+    assert json.loads(storage.read_text(job + "/hparams.json"))["hparams"]["train_steps"] == 40
+    assert results["final_export"].startswith(job + "/export/final/")
+    assert tf.io.gfile.exists(results["final_export"] + "/saved_model.pb")
+    assert len([n for n in tf.io.gfile.listdir(job) if n.startswith("events.out.tfevents.")]) == 2  # one a run
+
+    rc, out, err = predict_records(job, data, tmp_path)
+    assert rc == 0, err
+    scored = json.loads(out)
+    assert scored["examples"] == 1017 and round(scored["accuracy"] * 1017) == round(results["accuracy"] * 1017)
+
+    with tensorboard(job) as base:
+        deadline, scalars = time.time() + 60, {}
+        while time.time() < deadline and "accuracy" not in scalars.get("eval_test", {}):
+            try:
+                scalars = fetch_json(base + "scalars/tags")
+            except OSError:
+                pass
+            time.sleep(1)
+        assert "accuracy" in scalars["eval_test"] and "loss" in scalars["."], scalars
+        loss = fetch_json(base + "scalars/scalars?tag=loss&run=.")
+        assert [step for _, step, _ in loss] == [1, 11, 21, 31]  # every 10 steps: the first run to 20, the second on

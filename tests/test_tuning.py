@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import time
-import urllib.request
 
 import pytest
 
@@ -13,12 +12,7 @@ from estimator.common import processes, storage
 from estimator.data.convert import convert
 from estimator.training import config
 from tests import cifar_archives as ca
-from tests.helpers import REPO, events, free_port, tensorboard
-
-
-def fetch_json(url):
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read().decode())
+from tests.helpers import REPO, events, fetch_json, free_port, tensorboard
 
 
 @pytest.mark.slow

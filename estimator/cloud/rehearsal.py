@@ -9,9 +9,9 @@ and the environment Vertex AI documents: ``TF_CONFIG`` (worker pool 0 named ``ch
 trial). What cannot run here is mapped with explicit flags: the image to the Python that stands for its
 ``python`` (``--image URI=PYTHON``), or the image itself run by a container engine (``--engine docker``),
 and ``gs://`` paths to local directories (``--map gs://B/P=DIR``; TensorFlow's own Cloud Storage client,
-which the Estimator uses, cannot be pointed at an emulator). A job that gcloud or Vertex AI would refuse is
-refused here first. The result: the exit code of the chief and the metric its trainer reported through
-cloudml-hypertune.
+which the Estimator uses, has no endpoint setting to point at an emulator). A job that gcloud or Vertex AI
+would refuse is refused here first. The result: the exit code of the chief and the metric its trainer
+reported through cloudml-hypertune.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def mapped(value: str, mapping: dict, required: bool = True) -> str:
         return value
     raise spec_lib.SpecError(
         "%s is on Cloud Storage: map it to a directory of this machine with --map %s=DIR (TensorFlow's own gs:// "
-        "client cannot be pointed at an emulator)." % (uri, "/".join(uri.split("/")[:3]))
+        "client has no endpoint setting to point at an emulator)." % (uri, "/".join(uri.split("/")[:3]))
     )
 
 

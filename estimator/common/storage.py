@@ -5,7 +5,8 @@ manifest, ``hparams.json``, ``results.json``) goes through here. ``gs://``
 paths use ``google-cloud-storage``, which honours ``STORAGE_EMULATOR_HOST``, so
 the same code runs against the real service and against a local emulator in
 tests. (Checkpoints and summaries are the Estimator's, written by TensorFlow's
-own file system, which cannot be pointed at an emulator.)
+own file system, which has no endpoint setting: tests/cloud_storage.py reaches
+the same emulator through a TLS front on loopback.)
 
 Writes are atomic: a local file is written under a temporary name in the same
 directory and renamed; a Cloud Storage object only appears once its upload has

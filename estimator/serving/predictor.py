@@ -9,7 +9,6 @@ request bodies.
 from __future__ import annotations
 
 import base64
-import os
 
 import numpy as np
 
@@ -22,11 +21,18 @@ class InputError(ValueError):
     """A file given to predict cannot be used; the message names it."""
 
 
+def is_file(path: str) -> bool:
+    """Whether PATH, local or gs:// (TensorFlow's file system: the records and exports of a cloud job), is a file."""
+    import tensorflow as tf
+
+    return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+
+
 def read_image_file(path: str, notes: set) -> bytes:
     """The file's bytes, checked to be a PNG or JPEG image; notes channel conversions once."""
     import tensorflow as tf
 
-    with open(path, "rb") as f:
+    with tf.io.gfile.GFile(path, "rb") as f:
         data = f.read()
     if not data:
         raise InputError("%s is empty: expected a PNG or JPEG image." % path)
@@ -45,8 +51,11 @@ def read_image_file(path: str, notes: set) -> bytes:
 
 
 def read_npy(path: str) -> np.ndarray:
+    import tensorflow as tf
+
     try:
-        array = np.load(path, allow_pickle=False)
+        with tf.io.gfile.GFile(path, "rb") as f:
+            array = np.load(f, allow_pickle=False)
     except (ValueError, OSError) as e:
         raise InputError("%s is not a readable .npy array (%s)." % (path, e)) from None
     if array.shape == (fmt.HEIGHT, fmt.WIDTH, fmt.DEPTH):
@@ -93,7 +102,7 @@ def predict_files(model_dir: str, files):
     images, arrays = [], []
     for path in files:
         lower = path.lower()
-        if not os.path.isfile(path):
+        if not is_file(path):
             raise InputError("%s does not exist." % path)
         if lower.endswith(".npy"):
             arrays.append((path, read_npy(path)))
@@ -120,9 +129,11 @@ def confusion_matrix(labels, predicted) -> np.ndarray:
 
 def save_confusion_png(matrix: np.ndarray, path: str, title: str) -> None:
     """The same picture the trainer puts in TensorBoard after each evaluation."""
+    import tensorflow as tf
+
     from estimator.reporting import pictures
 
-    with open(path, "wb") as f:
+    with tf.io.gfile.GFile(path, "wb") as f:
         f.write(pictures.confusion_png(matrix, title))
 
 
@@ -132,7 +143,7 @@ def score_records(model_dir: str, records: str, batch_size: int = 500):
 
     from estimator.data.pipeline import decode, pipeline_options
 
-    if not os.path.isfile(records):
+    if not is_file(records):
         raise InputError("%s does not exist: pass a file written by generate_cifar10_tfrecords.py." % records)
     _, _, by_images = load_model(model_dir)
     labels, predicted = [], []
@@ -151,7 +162,8 @@ def vertex_request(files) -> dict:
     """The body of ``gcloud ai endpoints predict --json-request`` (and TF Serving's REST API)."""
     instances = []
     for path in files:
-        read_image_file(path, set())
-        with open(path, "rb") as f:
-            instances.append({"image_bytes": {"b64": base64.b64encode(f.read()).decode("ascii")}})
+        if not is_file(path):
+            raise InputError("%s does not exist." % path)
+        data = read_image_file(path, set())
+        instances.append({"image_bytes": {"b64": base64.b64encode(data).decode("ascii")}})
     return {"instances": instances}

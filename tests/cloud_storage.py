@@ -1,0 +1,176 @@
+"""Cloud Storage on loopback for both of the package's clients, in one process:
+
+    python -m tests.cloud_storage DIR      # serves until killed; DIR/ca.pem, then DIR/ports.json
+
+``google-cloud-storage`` (the package's own manifests, locks, ``results.json``) reaches gcp-storage-emulator
+through ``STORAGE_EMULATOR_HOST``. TensorFlow's own ``gs://`` file system (the Estimator's checkpoints,
+summaries and exports, the input pipeline's records, TensorBoard) has no endpoint setting: it calls
+``https://www.googleapis.com`` (metadata, uploads) and ``https://storage.googleapis.com`` (reads) through
+libcurl, which honours ``https_proxy`` and ``CURL_CA_BUNDLE``. So a proxy here answers CONNECT for those two
+hosts only, ends TLS with a certificate of a CA made for the session (trustme), and passes each request, as
+TensorFlow sent it, to the same emulator: one bucket that both clients see. ``environment`` gives the
+variables a job needs (``GOOGLE_AUTH_TOKEN_FOR_TESTING`` is TensorFlow's own hook for a token that needs no
+metadata server).
+"""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import sys
+import threading
+
+HOSTS = ("www.googleapis.com", "storage.googleapis.com")
+# Hop-by-hop headers, and the body's framing: the proxy reads the whole body and sends it with a length.
+_NOT_FORWARDED = ("expect", "proxy-connection", "connection", "content-length", "transfer-encoding")
+
+
+def environment(directory: str) -> dict:
+    """The variables that point both clients at the process serving DIRECTORY (``ports.json`` written)."""
+    with open(os.path.join(directory, "ports.json")) as f:
+        ports = json.load(f)
+    return {
+        "STORAGE_EMULATOR_HOST": "http://127.0.0.1:%d" % ports["emulator"],
+        "https_proxy": "http://127.0.0.1:%d" % ports["proxy"],
+        "HTTPS_PROXY": "http://127.0.0.1:%d" % ports["proxy"],
+        "CURL_CA_BUNDLE": os.path.join(directory, "ca.pem"),
+        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulator",
+        "NO_GCE_CHECK": "true",
+        # A request the emulator cannot serve fails the test in seconds, not after TensorFlow's ten retries.
+        "GCS_RETRY_CONFIG_MAX_RETRIES": "1",
+    }
+
+
+def _accept_empty_uploads(server_module) -> None:
+    """gcp-storage-emulator fails a media or resumable upload with no bytes (its body reads as None), which Cloud
+    Storage accepts: TensorFlow writes one for every directory it makes (``a/b/``) and for empty files."""
+    read = server_module._read_data
+
+    def read_data(handler, query):
+        data = read(handler, query)
+        if data is None and query.get("uploadType", [None])[0] in ("media", "resumable"):
+            return b""
+        return data
+
+    server_module._read_data = read_data
+
+
+def _read_body(stream, headers: dict) -> bytes:
+    """The request's body: chunked (TensorFlow's uploads send both ``Transfer-Encoding: chunked`` and a
+    ``Content-Length``; the first decides, RFC 9112 6.3), else by its length."""
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = b""
+        while True:
+            size = int(stream.readline().split(b";")[0], 16)
+            chunk = stream.read(size)
+            stream.readline()
+            if not size:
+                return body
+            body += chunk
+    return stream.read(int(headers.get("content-length", 0)))
+
+
+class TlsFront:
+    """The proxy: CONNECT to HOSTS, TLS with the session CA's certificate, each request to the emulator."""
+
+    def __init__(self, emulator_port: int, ca_path: str):
+        import trustme
+
+        ca = trustme.CA()
+        ca.cert_pem.write_to_path(ca_path)
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert(*HOSTS).configure_cert(self.context)
+        self.emulator_port = emulator_port
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+
+    def serve_forever(self) -> None:
+        while True:
+            conn, _ = self.sock.accept()
+            threading.Thread(target=self._connect, args=(conn,), daemon=True).start()
+
+    def _connect(self, conn) -> None:
+        with conn:
+            stream = conn.makefile("rb")
+            method, target, _ = stream.readline().decode().split()
+            while stream.readline() not in (b"\r\n", b"\n", b""):
+                pass
+            if method != "CONNECT" or target.rsplit(":", 1)[0] not in HOSTS:
+                conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                return
+            conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            try:
+                with self.context.wrap_socket(conn, server_side=True) as tls:
+                    while self._relay(tls, tls.makefile("rb")):
+                        pass
+            except (OSError, ssl.SSLError):
+                pass  # the client closed its connection
+
+    def _relay(self, tls, stream) -> bool:
+        """Passes one request to the emulator and its answer back; False when the client has closed."""
+        line = stream.readline()
+        if not line.strip():
+            return False
+        method, path, _ = line.decode().split()
+        headers = []
+        while True:
+            header = stream.readline().decode()
+            if header in ("\r\n", "\n", ""):
+                break
+            name, value = header.split(":", 1)
+            headers.append((name.strip(), value.strip()))
+        lower = {name.lower(): value for name, value in headers}
+        if lower.get("expect", "").lower() == "100-continue":
+            tls.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        body = _read_body(stream, lower)
+        upstream = http.client.HTTPConnection("127.0.0.1", self.emulator_port, timeout=60)
+        try:
+            upstream.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            for name, value in headers:
+                if name.lower() not in _NOT_FORWARDED:
+                    upstream.putheader(name, value)  # Host too: the emulator names upload sessions after it
+            upstream.putheader("Content-Length", str(len(body)))
+            upstream.endheaders(body)
+            response = upstream.getresponse()
+            data = response.read()
+        finally:
+            upstream.close()
+        lines = ["HTTP/1.1 %d %s" % (response.status, response.reason)]
+        for name, value in response.getheaders():
+            if name.lower() in _NOT_FORWARDED:
+                continue
+            if name.lower() == "location":  # an upload session: the emulator says http, the client came by https
+                value = value.replace("http://", "https://", 1)
+            lines.append("%s: %s" % (name, value))
+        lines.append("Content-Length: %d" % len(data))
+        tls.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data)
+        return True
+
+
+def serve(directory: str) -> None:
+    """Runs the emulator and its TLS front until SIGTERM; writes DIRECTORY/ports.json once both listen."""
+    from gcp_storage_emulator import server
+
+    _accept_empty_uploads(server)
+    probe = socket.create_server(("127.0.0.1", 0))
+    emulator_port = probe.getsockname()[1]
+    probe.close()
+    emulator = server.create_server("127.0.0.1", emulator_port, in_memory=True)
+    emulator.start()
+    front = TlsFront(emulator_port, os.path.join(directory, "ca.pem"))
+    threading.Thread(target=front.serve_forever, daemon=True).start()
+    partial = os.path.join(directory, "ports.json.tmp")
+    with open(partial, "w") as f:
+        json.dump({"emulator": emulator_port, "proxy": front.port}, f)
+    os.replace(partial, os.path.join(directory, "ports.json"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        signal.pause()
+    finally:
+        emulator.stop()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
