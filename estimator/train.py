@@ -118,6 +118,7 @@ class Hooks:
     planner: time_budget.Planner = None
     evaluation: list = None  # hooks of the evaluations during training
     stop: object = None  # a resilience.SignalStop, or None
+    saving_listeners: list = None  # told of each checkpoint training saves
 
 
 def test_hparams(hp: hparams_lib.HParams, views) -> hparams_lib.HParams:
@@ -209,7 +210,8 @@ def build_hooks(hp: hparams_lib.HParams, stop=None) -> Hooks:
     if hp.export and hp.validates:
         after_eval.append(exporters.BestAccuracyExporter(hp))
     eval_hooks = [stop.eval_hook()] if stop is not None else []
-    return Hooks(train_hooks, after_eval, speed, reporter, planner, eval_hooks, stop)
+    listeners = [time_budget.saving_listener(planner, logs.info)] if planner else []
+    return Hooks(train_hooks, after_eval, speed, reporter, planner, eval_hooks, stop, listeners)
 
 
 def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator, job_hooks: Hooks) -> float:
@@ -236,7 +238,9 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
     if hp.eval_policy == EvalPolicy.FINAL and not hp.cluster.distributed:
         # Short runs: no evaluation until training is done, then one on the validation split.
         if train_hooks is not None:
-            estimator_.train(train_input, max_steps=hp.train_steps, hooks=train_hooks)
+            estimator_.train(
+                train_input, max_steps=hp.train_steps, hooks=train_hooks, saving_listeners=job_hooks.saving_listeners
+            )
         if job_hooks.stop is not None:
             job_hooks.stop.check()  # a signal during training: the checkpoint is saved, end now
         seconds = time.perf_counter() - start
@@ -246,7 +250,9 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
         for exporter in job_hooks.after_eval:
             exporter.export(estimator_, None, estimator_.latest_checkpoint(), validation, True)
         return seconds
-    train_spec = tf.estimator.TrainSpec(train_input, max_steps=hp.train_steps, hooks=job_hooks.train)
+    train_spec = tf.estimator.TrainSpec(
+        train_input, max_steps=hp.train_steps, hooks=job_hooks.train, saving_listeners=job_hooks.saving_listeners
+    )
     eval_spec = tf.estimator.EvalSpec(
         input_fn(hp, fmt.VALIDATION),
         steps=None,
@@ -377,6 +383,7 @@ def _budget_record(hp, planner, test_eval_secs: float) -> dict:
         record["final_test_eval_secs"] = round(test_eval_secs, 2)
         if planner.setup_secs is not None:
             record["training_setup_secs"] = round(planner.setup_secs, 2)
+        record["checkpoint_save_secs"] = round(planner.checkpoint_secs, 2)
     return record
 
 

@@ -242,6 +242,31 @@ def test_evaluation_images_are_reserved_at_the_measured_speed():
     assert fast.training_ended == (clock.now, pytest.approx(18.0))
 
 
+def test_the_ends_reserve_keeps_three_times_what_a_checkpoint_took_to_save():
+    """A job dir on gs:// saves slowly (its first checkpoint 2.65 s on the emulator, against 0.06 s on a
+    local disk), and the end writes the last checkpoint and the export: 3 times the last save more is kept,
+    training's deadline moving as much earlier, and the views re-checked against it."""
+    clock = Clock()
+    p = planner(clock, budget=100.0, final_images=40000, fixed=10.0)
+    p.begin(0)
+    run_steps(p, clock, 1, 70, 8.0, [])
+    assert time_budget.CHECKPOINT_WRITES_AT_END == 3.0 and p.checkpoint_secs == 0.0
+    assert p.final_secs() == pytest.approx(10.0 + 12.5) and p.training_deadline() == pytest.approx(77.5)
+    p.checkpoint_saved(2.0)
+    assert p.fixed_secs() == pytest.approx(16.0) and p.final_secs() == pytest.approx(16.0 + 12.5)
+    assert p.training_deadline() == pytest.approx(71.5)
+    p.checkpoint_saved(0.5)  # the last save counts: a job dir that got faster gives the time back
+    assert p.training_deadline() == pytest.approx(76.0)
+    # A view that fits a local disk's end does not fit one that writes to slow storage.
+    views = [("flip", 10000)]
+    fast = planner(Clock(), budget=100.0, final_images=10000, fixed=5.5, views=views)
+    fast.begin(0)
+    run_steps(fast, fast.clock, 1, 70, 8.0, [])
+    assert fast.planned_views() == ["flip"]  # 5.5 s and 3.125 s for each 10,000 images: 11.75 s of the 15 s share
+    fast.checkpoint_saved(2.65)
+    assert fast.planned_views() == []  # 7.95 s more: 19.7 s, past it
+
+
 def test_the_training_a_budget_leaves_a_network_is_its_own_end_at_its_speed():
     """What ``--network auto`` counts a member's epochs in: 300 s less the start-up (15 s) and the end the
     planner would reserve at the member's speed. At 800 images/s, evaluation at 4x: 5.5 s fixed, 10,000
@@ -487,6 +512,7 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
     assert results["final_secs_reserved"] >= time_budget.FINAL_FIXED_SECS
     assert budget["used_secs"] + results["final_secs_reserved"] >= 0.9 * 40.0, (budget, results)
     assert results["evaluation_speedup"] > 1 and results["training_setup_secs"] > 0, results
+    assert results["checkpoint_save_secs"] > 0, results  # the saves were timed, for the end's reserve
     assert 0 < results["final_test_eval_secs"] < results["final_secs"], results  # the export and pictures besides
     # The end's time as recorded (final_secs, wall_secs) includes the pictures: curves.png comes first.
     assert os.path.getmtime(os.path.join(job, "curves.png")) <= os.path.getmtime(os.path.join(job, "results.json"))
