@@ -21,6 +21,7 @@ import socket
 import ssl
 import sys
 import threading
+import urllib.parse
 
 HOSTS = ("www.googleapis.com", "storage.googleapis.com")
 # Hop-by-hop headers, and the body's framing: the proxy reads the whole body and sends it with a length.
@@ -141,8 +142,9 @@ class TlsFront:
         for name, value in response.getheaders():
             if name.lower() in _NOT_FORWARDED:
                 continue
-            if name.lower() == "location":  # an upload session: the emulator says http, the client came by https
-                value = value.replace("http://", "https://", 1)
+            if name.lower() == "location":  # an upload session: at the host the client asked, by https (the emulator
+                # names its own address, or the Host header, by http, as gcp-storage-emulator 2024.8.3 and 2026.7.19 do)
+                value = urllib.parse.urlsplit(value)._replace(scheme="https", netloc=lower["host"]).geturl()
             lines.append("%s: %s" % (name, value))
         lines.append("Content-Length: %d" % len(data))
         tls.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data)

@@ -1,5 +1,6 @@
 """Cloud Storage I/O against a real gcp-storage-emulator process on loopback."""
 
+import importlib.metadata
 import json
 import os
 import re
@@ -71,6 +72,11 @@ def test_failed_convert_leaves_nothing_in_the_bucket(gcs, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    int(importlib.metadata.version("gcp-storage-emulator").split(".")[0]) < 2026,
+    reason="gcp-storage-emulator 2024.8.3, the last for Python 3.9, cannot store an object whose name ends in '/' "
+    "(its in-memory file system wants a file name), which TensorFlow writes for every directory it makes",
+)
 def test_a_job_on_cloud_storage_through_tensorflows_own_client(gcs, mini_archive, tmp_path):
     """The docs' cloud path with every path on gs://, as a Vertex AI job has it: the converter writes the
     records to the bucket; the trainer reads them and writes its checkpoints, summaries and exports through
