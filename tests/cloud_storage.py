@@ -23,6 +23,8 @@ import sys
 import threading
 import urllib.parse
 
+from tests.helpers import free_port
+
 HOSTS = ("www.googleapis.com", "storage.googleapis.com")
 # Hop-by-hop headers, and the body's framing: the proxy reads the whole body and sends it with a length.
 _NOT_FORWARDED = ("expect", "proxy-connection", "connection", "content-length", "transfer-encoding")
@@ -156,9 +158,7 @@ def serve(directory: str) -> None:
     from gcp_storage_emulator import server
 
     _accept_empty_uploads(server)
-    probe = socket.create_server(("127.0.0.1", 0))
-    emulator_port = probe.getsockname()[1]
-    probe.close()
+    emulator_port = free_port()
     emulator = server.create_server("127.0.0.1", emulator_port, in_memory=True)
     emulator.start()
     front = TlsFront(emulator_port, os.path.join(directory, "ca.pem"))
