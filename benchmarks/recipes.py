@@ -64,14 +64,22 @@ def _percent(value) -> str:
     return "-" if value is None else "%.4f" % value
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.recipes",
+        description=__doc__.split("\n")[0],
+        usage="%(prog)s --data-dir DIR [--job-root DIR] [--out JSON] RECIPE... [-- <trainer flags>]",
+    )
     parser.add_argument("recipes", nargs="+", help="Flag files under recipes/.")
     parser.add_argument("--data-dir", required=True, help="TFRecords of the full data set.")
     parser.add_argument("--job-root", default=None, help="Where the jobs go (default: a temporary directory).")
     parser.add_argument("--out", default="benchmarks/results/recipes.json")
+    return parser
+
+
+def main(argv=None):
     argv, extra = processes.split_argv(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     stop_trainers_on_sigterm()
     print_machine()
     rows = []

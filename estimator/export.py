@@ -21,12 +21,16 @@ from estimator.serving import signatures  # noqa: E402
 from estimator.training import config  # noqa: E402
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m estimator.export", description=__doc__.split("\n")[0])
     parser.add_argument("--job-dir", required=True, help="The training job's directory (has hparams.json).")
     parser.add_argument("--checkpoint", default=None, help="Checkpoint prefix; default the job's latest.")
     parser.add_argument("--output", required=True, help="Directory to create for the SavedModel.")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         hp = config.load(args.job_dir)
         checkpoint = signatures.resolve_checkpoint(args.job_dir, args.checkpoint)

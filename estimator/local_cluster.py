@@ -6,9 +6,9 @@
 
 import sys
 
-from estimator.cloud.local_cluster import ClusterError, LocalCluster, Task, cluster_spec, free_ports, main
+from estimator.cloud.local_cluster import ClusterError, LocalCluster, Task, build_parser, cluster_spec, free_ports, main
 
-__all__ = ["ClusterError", "LocalCluster", "Task", "cluster_spec", "free_ports", "main"]
+__all__ = ["ClusterError", "LocalCluster", "Task", "build_parser", "cluster_spec", "free_ports", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -65,7 +65,7 @@ def print_predictions(rows, k: int, as_json: bool, out=sys.stdout) -> None:
             print(top_k_line(path if index is None else "%s[%d]" % (path, index), probabilities, k), file=out)
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m estimator.predict", description=__doc__.split("\n")[0])
     parser.add_argument("files", nargs="*", help="PNG/JPEG images or .npy arrays.")
     parser.add_argument("--model", help="A SavedModel, or a directory of timestamped exports (newest used).")
@@ -118,7 +118,7 @@ def _report_records(model: str, records: str, picture: str, as_json: bool) -> No
 
 
 def main(argv=None) -> int:
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     _check_args(parser, args)
     try:

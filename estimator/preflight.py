@@ -22,8 +22,8 @@ from estimator.networks import registry  # noqa: E402
 from estimator.training import config, flags  # noqa: E402
 
 
-def parse(argv=None):
-    """``(hparams, output dir)`` of the trainer flags plus ``--output``; exits 2 on bad input."""
+def build_parser() -> argparse.ArgumentParser:
+    """The trainer's flags plus ``--output``."""
     parser = flags.build_parser()
     parser.prog = "python -m estimator.preflight"
     parser.description = "Checks data, model and training set-up before a run (about a minute on a CPU)."
@@ -33,6 +33,12 @@ def parse(argv=None):
         help="Where preflight.json and training_batch.png go "
         "(default JOB_DIR/preflight, or ./preflight without --job-dir).",
     )
+    return parser
+
+
+def parse(argv=None):
+    """``(hparams, output dir)`` of the trainer flags plus ``--output``; exits 2 on bad input."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     output = args.output or (storage.join(args.job_dir, "preflight") if args.job_dir else "preflight")
     # Pre-flight trains nothing: it checks this machine's network as the trainer would build it

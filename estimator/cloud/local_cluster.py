@@ -242,8 +242,7 @@ class LocalCluster(object):
         self.stop()
 
 
-def main(argv=None) -> int:
-    own, trainer = processes.split_argv(sys.argv[1:] if argv is None else argv)
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m estimator.local_cluster",
         description="Run python -m estimator.cifar10_main as a local distributed cluster. Trainer flags follow --.",
@@ -259,6 +258,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--trial", default=None, help="A tuning trial id to put into TF_CONFIG.")
     parser.add_argument("--timeout", type=float, default=24 * 3600, help="Stop everything after this many seconds.")
+    return parser
+
+
+def main(argv=None) -> int:
+    own, trainer = processes.split_argv(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
     args = parser.parse_args(own)
     if not trainer:
         parser.error("give the trainer's flags after --, e.g. -- --data-dir DIR --job-dir DIR --num-gpus 0")
