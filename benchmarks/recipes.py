@@ -19,7 +19,7 @@ import tempfile
 import time
 
 from benchmarks.common import print_machine, stop_trainers_on_sigterm, write_result
-from estimator.common import processes
+from estimator.common import processes, storage
 from estimator.networks import registry
 from estimator.training.hparams import HParams
 
@@ -44,10 +44,8 @@ def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit("%s failed (exit %d):\n%s" % (recipe, proc.returncode, stderr[-3000:]))
-    with open(os.path.join(job_dir, "results.json")) as f:
-        results = json.load(f)
-    with open(os.path.join(job_dir, "hparams.json")) as f:
-        hparams = json.load(f)["hparams"]
+    results = json.loads(storage.read_text(storage.join(job_dir, "results.json")))
+    hparams = json.loads(storage.read_text(storage.join(job_dir, "hparams.json")))["hparams"]
     return {
         "recipe": os.path.relpath(recipe, REPO),
         "extra_flags": list(extra),

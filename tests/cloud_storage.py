@@ -13,14 +13,17 @@ variables a job needs (``GOOGLE_AUTH_TOKEN_FOR_TESTING`` is TensorFlow's own hoo
 metadata server).
 """
 
+import contextlib
 import http.client
 import json
 import os
 import signal
 import socket
 import ssl
+import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 
 from tests.helpers import free_port
@@ -44,6 +47,29 @@ def environment(directory: str) -> dict:
         # A request the emulator cannot serve fails the test in seconds, not after TensorFlow's ten retries.
         "GCS_RETRY_CONFIG_MAX_RETRIES": "1",
     }
+
+
+@contextlib.contextmanager
+def running(directory: str, log: str, timeout: float = 30.0):
+    """Serves Cloud Storage from a process of its own (``python -m tests.cloud_storage DIRECTORY``, its output in
+    ``log``) until the block ends; yields ``environment(directory)``. RuntimeError when it does not start."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(log, "w") as out:  # a file, not a pipe nobody reads: the emulator's tracebacks
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.cloud_storage", directory], cwd=repo, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.time() + timeout
+        while not os.path.exists(os.path.join(directory, "ports.json")):
+            if proc.poll() is not None:
+                raise RuntimeError("tests.cloud_storage exited with %s: %s" % (proc.returncode, open(log).read()))
+            if time.time() > deadline:
+                raise RuntimeError("tests.cloud_storage wrote no ports.json in %.0f s" % timeout)
+            time.sleep(0.1)
+        yield environment(directory)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def _accept_empty_uploads(server_module) -> None:

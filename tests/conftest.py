@@ -1,8 +1,6 @@
 """Shared fixtures: small archives, the shared data sets, a storage emulator."""
 
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -60,27 +58,11 @@ def gcs_emulator(tmp_path_factory):
     from tests import cloud_storage
 
     directory = str(tmp_path_factory.mktemp("cloud-storage"))
-    log = os.path.join(directory, "server.log")  # a file, not a pipe nobody reads: the emulator's tracebacks
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.cloud_storage", directory],
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.time() + 30
-    while not os.path.exists(os.path.join(directory, "ports.json")):
-        if proc.poll() is not None:
-            pytest.fail("tests.cloud_storage exited with %s: %s" % (proc.returncode, open(log).read()))
-        if time.time() > deadline:
-            proc.kill()
-            pytest.fail("tests.cloud_storage wrote no ports.json in 30 s")
-        time.sleep(0.1)
     try:
-        yield cloud_storage.environment(directory)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        with cloud_storage.running(directory, os.path.join(directory, "server.log")) as environment:
+            yield environment
+    except RuntimeError as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture
