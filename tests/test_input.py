@@ -66,6 +66,23 @@ def test_training_batches_without_distortion_are_a_shuffled_epoch(small):
     assert sorted(order) == list(range(14)) and order != list(range(14))
 
 
+def test_training_reads_its_files_once_and_later_epochs_come_from_memory(small, tmp_path):
+    """On gs:// every epoch read the records again (its shuffle buffer refilled from Cloud Storage before its first
+    batch): the first batch reads the whole epoch, and the files may be gone after it."""
+    import shutil
+
+    data_dir = str(tmp_path / "data")
+    shutil.copytree(small[0], data_dir)
+    batches = iter(Cifar10DataSet(data_dir, "train", also=("validation",), use_distortion=False, seed=3).dataset(5))
+    first = [next(batches)[1].numpy()]
+    for name in os.listdir(data_dir):
+        os.remove(os.path.join(data_dir, name))
+    labels = np.concatenate(first + [next(batches)[1].numpy() for _ in range(15)])  # 80 images: 4 epochs of 20
+    want = small[1]
+    every = sorted(sum((want[n][b"labels"] for n in fmt.SPLITS["train"] + fmt.SPLITS["validation"]), []))
+    assert [sorted(labels[i : i + 20].tolist()) for i in range(0, 80, 20)] == [every] * 4
+
+
 @pytest.mark.parametrize("padding,min_offsets", [(4, 20), (2, 12), (0, 1)])
 def test_distortion_is_a_padded_crop_maybe_flipped(padding, min_offsets):
     rng = np.random.RandomState(0)
