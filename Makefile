@@ -21,7 +21,7 @@ JOB_DIR ?= work/job
 # decay 0.9 lets the moving averages keep up in so short a run.
 RUN_FLAGS ?= --num-gpus 0 --num-layers 20 --train-steps 400 --batch-norm-decay 0.9 --seed 1
 
-.PHONY: print-python venv run test lint docs bench bench-speed bench-recipes bench-jpeg-cost bench-contention bench-health clean
+.PHONY: print-python venv run test lint docs bench bench-speed bench-recipes bench-jpeg-cost bench-contention bench-cloud-storage bench-health clean
 
 $(VENV)/.installed: setup.py requirements.txt requirements-test.txt
 	@test -n "$(PYTHON)" || { echo "make: no Python 3.9-3.11 found (python3 is $$(python3 --version 2>&1 | cut -d' ' -f2), and TensorFlow 2.15 has no wheels for it): install python3.11 with venv (e.g. apt install python3.11-venv, or uv python install 3.11), or give PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -52,13 +52,12 @@ docs: venv
 	$(PY) -c 'from estimator.training import flags; flags.write_table("docs/training.md")'
 
 FULL_DATA_DIR ?= work/cifar-10-full
+FULL_SOURCE_FLAGS = --source $(SHARED_DATA)/cifar-10-jpeg-python.tar.gz \
+  --sha256 818d7f7e2356d667cc55e182d01757a60db5247f56f99ff29a9eade8536256f4
 
 bench: venv
-	$(PY) -m benchmarks.input_pipeline --source $(SHARED_DATA)/cifar-10-jpeg-python.tar.gz \
-	  --sha256 818d7f7e2356d667cc55e182d01757a60db5247f56f99ff29a9eade8536256f4
-	$(PY) generate_cifar10_tfrecords.py --data-dir $(FULL_DATA_DIR) \
-	  --source $(SHARED_DATA)/cifar-10-jpeg-python.tar.gz \
-	  --sha256 818d7f7e2356d667cc55e182d01757a60db5247f56f99ff29a9eade8536256f4
+	$(PY) -m benchmarks.input_pipeline $(FULL_SOURCE_FLAGS)
+	$(PY) generate_cifar10_tfrecords.py --data-dir $(FULL_DATA_DIR) $(FULL_SOURCE_FLAGS)
 	$(PY) -m benchmarks.keras_vs_estimator --data-dir $(FULL_DATA_DIR)
 
 # PyTorch only for the speed comparison (pinned to the build this machine has on disk).
@@ -67,9 +66,7 @@ $(VENV)/.bench: $(VENV)/.installed requirements-bench.txt
 	touch $@
 
 $(FULL_DATA_DIR)/cifar10_manifest.json: | $(VENV)/.installed
-	$(PY) generate_cifar10_tfrecords.py --data-dir $(FULL_DATA_DIR) \
-	  --source $(SHARED_DATA)/cifar-10-jpeg-python.tar.gz \
-	  --sha256 818d7f7e2356d667cc55e182d01757a60db5247f56f99ff29a9eade8536256f4
+	$(PY) generate_cifar10_tfrecords.py --data-dir $(FULL_DATA_DIR) $(FULL_SOURCE_FLAGS)
 
 # Ours against Keras and PyTorch, fp32 and bf16 (about 15 minutes on an AVX2-only CPU, where
 # bf16 is emulated: hence so few bf16 steps; on a CPU with AMX give them as many as fp32).
@@ -91,6 +88,11 @@ bench-jpeg-cost: venv
 # Whether --time-budget holds when a busy loop takes one of the cores mid-run (90 s and 5 min).
 bench-contention: venv $(FULL_DATA_DIR)/cifar10_manifest.json
 	$(PY) -m benchmarks.contention --data-dir $(FULL_DATA_DIR) --budgets 90s 5m
+
+# The 5-minute recipe with its records and job dir on Cloud Storage (the emulator of tests/cloud_storage.py) and on
+# local disk, first runs, two rounds (about 22 minutes).
+bench-cloud-storage: venv
+	$(PY) -m benchmarks.cloud_storage $(FULL_SOURCE_FLAGS) recipes/cpu_5min.args --rounds 2
 
 # What the health rules, pictures and histograms cost (three off/default pairs).
 bench-health: venv $(FULL_DATA_DIR)/cifar10_manifest.json
