@@ -88,6 +88,32 @@ def test_the_first_plan_comes_from_measured_speed_after_warm_up():
     assert p.state.replans == [{"step": 50, "steps_per_sec": 8.0, "planned_steps": 720}]
 
 
+def test_a_plan_from_a_guess_too_slow_is_measured_before_it_spends_the_schedule():
+    """A short budget plans from the slowest CPU's speed (no probe fits it): on a machine 8 times as fast its
+    schedule, which runs by progress, would be spent in an eighth of the time. The speed is measured once the
+    plan has gone ``FIRST_MEASURE_SHARE`` further than warm-up, before 5 s have passed."""
+    clock = Clock()
+    p = planner(clock, budget=30.0, fixed=5.0)
+    assert p.begin(0) == Plan(0, 0.0, 125)  # the guess: 5 steps/s until the training deadline, 25 s
+    plans = []
+    last = run_steps(p, clock, 1, 100000, 40.0, plans)
+    # Warm-up is steps 1-10 (mark at t = 0.25 s); 12.5 steps later (step 23, t = 0.575 s) the plan is 10.4%
+    # further: at 40 steps/s, 23 + floor(40 x (25 - 0.575)) steps (977 a hair under in floating point),
+    # progress going on from 23/125.
+    step, plan, at, _ = plans[0]
+    assert step == 23 and at == pytest.approx(0.575) and plan.total_steps == 999
+    assert plan.anchor_progress == pytest.approx(23 / 125)
+    assert last == plan.total_steps == 999 and clock.now == pytest.approx(999 / 40)  # the deadline, to a step
+    # A guess that was right: measured at the same step, the plan kept.
+    clock = Clock()
+    p = planner(clock, budget=30.0, fixed=5.0)
+    p.begin(0)
+    plans = []
+    run_steps(p, clock, 1, 100000, 5.0, plans)
+    step, plan, at, _ = plans[0]
+    assert step == 23 and at == pytest.approx(4.6) and plan.total_steps == 124  # 23 + floor(5 x 20.39999...)
+
+
 def test_a_slower_machine_re_plans_and_progress_stays_continuous():
     clock = Clock()
     p = planner(clock)

@@ -48,6 +48,11 @@ BUDGET_FILE = "budget.json"
 # Steps left out of the speed measurement: they pay for graph optimisation and
 # filling the input pipeline (measured here: the first ~10 steps take 2-5x longer).
 WARMUP_STEPS = 10
+# The first measurement comes 5 s after warm-up, or sooner, once the plan made from the guessed speed has gone
+# this share further: its schedule runs by progress, which a guess too slow spends too fast (no probe fits a
+# short budget: its guess is the slowest CPU's). A 30 s budget planned 49 steps so, trained them in 6 s and
+# ended at 14 s; a 90 s one measured at step 72 of 538.
+FIRST_MEASURE_SHARE = 0.1
 # Evaluation runs this many times as many images per second as training (forward only, large
 # batches). On the CPU the configuration times the ratio (speed_probes.network_speed; the ratios measured
 # per CPU are in docs/speed.md); this guess is for GPUs, where it is not timed.
@@ -375,7 +380,8 @@ class Planner:
             return None
         measured = (step - before) / (now - then)
         if not self.measured:
-            if now - then < min(5.0, self.replan_secs):
+            guessed = self.plan.progress(step) - self.plan.progress(before)
+            if now - then < min(5.0, self.replan_secs) and guessed < FIRST_MEASURE_SHARE:
                 return None
             self._set_speed(measured, before, step)
             self.measured = True
