@@ -54,6 +54,29 @@ def convert(data_dir: str, source: str, sha256: str) -> float:
     return round(time.perf_counter() - start, 1)
 
 
+def _line(row: dict) -> str:
+    return (
+        "%-7s %-22s round %d  %-22s %-5s steps %5d  wall %6.1f s  test acc %.4f  checkpoint save %5.2f s  "
+        "end reserved %5.1f s, used %5.1f s"
+        % tuple(
+            row[key]
+            for key in (
+                "place",
+                "recipe",
+                "round",
+                "network",
+                "precision",
+                "global_step",
+                "wall_seconds",
+                "accuracy",
+                "checkpoint_save_secs",
+                "final_secs_reserved",
+                "final_secs",
+            )
+        )
+    )
+
+
 def main(argv=None) -> int:
     argv, extra = processes.split_argv(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -65,7 +88,7 @@ def main(argv=None) -> int:
     print_machine()
     source = os.path.abspath(args.source)
     with tempfile.TemporaryDirectory() as tmp:
-        with cloud_storage.running(tmp, os.path.join(tmp, "server.log")) as environment:
+        with cloud_storage.running(tmp) as environment:
             os.environ.update(environment)  # the trainers and the conversion inherit it
             gcs.Client(project="benchmark").create_bucket(BUCKET)
             places = {"gs://": "gs://%s" % BUCKET, "local": os.path.join(tmp, "local")}
@@ -86,24 +109,7 @@ def main(argv=None) -> int:
                         )
                         row.update(place=place, round=round_ + 1)
                         rows.append(row)
-                        print(
-                            "%-7s %-22s round %d  %-22s %-5s steps %5d  wall %6.1f s  test acc %.4f  "
-                            "checkpoint save %5.2f s  end reserved %5.1f s, used %5.1f s"
-                            % (
-                                place,
-                                row["recipe"],
-                                round_ + 1,
-                                row["network"],
-                                row["precision"],
-                                row["global_step"],
-                                row["wall_seconds"],
-                                row["accuracy"],
-                                row["checkpoint_save_secs"],
-                                row["final_secs_reserved"],
-                                row["final_secs"],
-                            ),
-                            flush=True,
-                        )
+                        print(_line(row), flush=True)
     print("conversion: %s" % ", ".join("%s %.1f s" % item for item in converts.items()))
     write_result(args.out, {"source": args.source, "convert_seconds": converts, "runs": rows})
     return 0

@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.parse
 
-from tests.helpers import free_port
+from tests.helpers import REPO, free_port
 
 HOSTS = ("www.googleapis.com", "storage.googleapis.com")
 # Hop-by-hop headers, and the body's framing: the proxy reads the whole body and sends it with a length.
@@ -50,13 +50,14 @@ def environment(directory: str) -> dict:
 
 
 @contextlib.contextmanager
-def running(directory: str, log: str, timeout: float = 30.0):
+def running(directory: str, timeout: float = 30.0):
     """Serves Cloud Storage from a process of its own (``python -m tests.cloud_storage DIRECTORY``, its output in
-    ``log``) until the block ends; yields ``environment(directory)``. RuntimeError when it does not start."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    DIRECTORY/server.log) until the block ends; yields ``environment(directory)``. RuntimeError when it does not
+    start."""
+    log = os.path.join(directory, "server.log")
     with open(log, "w") as out:  # a file, not a pipe nobody reads: the emulator's tracebacks
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.cloud_storage", directory], cwd=repo, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "tests.cloud_storage", directory], cwd=REPO, stdout=out, stderr=subprocess.STDOUT
         )
     try:
         deadline = time.time() + timeout

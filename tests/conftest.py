@@ -59,7 +59,7 @@ def gcs_emulator(tmp_path_factory):
 
     directory = str(tmp_path_factory.mktemp("cloud-storage"))
     try:
-        with cloud_storage.running(directory, os.path.join(directory, "server.log")) as environment:
+        with cloud_storage.running(directory) as environment:
             yield environment
     except RuntimeError as e:
         pytest.fail(str(e))

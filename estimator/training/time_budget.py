@@ -380,8 +380,8 @@ class Planner:
             return None
         measured = (step - before) / (now - then)
         if not self.measured:
-            guessed = self.plan.progress(step) - self.plan.progress(before)
-            if now - then < min(5.0, self.replan_secs) and guessed < FIRST_MEASURE_SHARE:
+            spent = self.plan.progress(step) - self.plan.progress(before)
+            if now - then < min(5.0, self.replan_secs) and spent < FIRST_MEASURE_SHARE:
                 return None
             self._set_speed(measured, before, step)
             self.measured = True
