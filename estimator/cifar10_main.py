@@ -19,6 +19,7 @@ from estimator import health, resilience, train  # noqa: E402
 from estimator.common import cluster as cluster_lib  # noqa: E402
 from estimator.common import failures  # noqa: E402
 from estimator.health import nonfinite  # noqa: E402
+from estimator.reporting import summaries  # noqa: E402
 from estimator.training import config  # noqa: E402
 
 # Exit codes (docs/faults.md): 0 done; 1 an error; 2 bad flags, data or job dir;
@@ -103,11 +104,22 @@ def _run(hp, argv) -> int:
         print("error: %s" % failure, file=sys.stderr)
         return EXIT_STORAGE
     finally:
+        _close_event_files()
         if lock is not None:
             lock.release()
         if stop is not None:
             stop.uninstall()
     return 0
+
+
+def _close_event_files() -> None:
+    """Closes the job's event files, whichever way it ends (``summaries.close_writers``: on Cloud Storage an open
+    one leaves its local copy behind). Each was flushed when written; a failure to close loses nothing already
+    uploaded and must not hide the job's own exit status: one line on stderr."""
+    try:
+        summaries.close_writers()
+    except (OSError, tf.errors.OpError) as e:
+        print("warning: closing the event files: %s" % e, file=sys.stderr)
 
 
 # The job's own stops, each reported in one line with its exit status.

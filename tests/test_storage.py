@@ -89,12 +89,17 @@ def test_a_job_on_cloud_storage_through_tensorflows_own_client(gcs, mini_archive
     assert rc == 0, out
     assert gcs_names(data) == ["cifar10_manifest.json", "eval.tfrecords", "train.tfrecords", "validation.tfrecords"]
     flags = "--num-gpus 0 --num-layers 8 --train-batch-size 32 --eval-batch-size 100 --log-every-n-steps 10 --seed 2"
-    rc, log = run_job(data, job, "--train-steps", "20", *flags.split())
+    # TensorFlow writes each event file on gs:// as a local copy in TMPDIR until it is closed: none is left.
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
+    rc, log = run_job(data, job, "--train-steps", "20", *flags.split(), env={"TMPDIR": str(scratch)})
     assert rc == 0, log[-3000:]
     assert tf.io.gfile.exists(job + "/model.ckpt-20.index")
+    assert os.listdir(scratch) == []
 
-    rc, log = run_job(data, job, "--train-steps", "40", *flags.split())
+    rc, log = run_job(data, job, "--train-steps", "40", *flags.split(), env={"TMPDIR": str(scratch)})
     assert rc == 0, log[-3000:]
+    assert os.listdir(scratch) == []
     assert [int(s) for s in re.findall(r"step (\d+)/40 \(\d+%\) \| ", log)] == [21, 31, 40]  # from the bucket's step 20
     results = json.loads(storage.read_text(job + "/results.json"))
     assert results["global_step"] == 40 and results["eval_examples"] == 1017
