@@ -10,7 +10,8 @@ and the probes' cache. So this measures what the job does about remote storage (
 writes, records read through TensorFlow's client, the whole command within its budget), not Cloud Storage's
 own latencies. ``generate_cifar10_tfrecords.py`` converts the archive to both places (timed, the whole
 command); each job is a first run (an empty ``--probe-cache`` of its own), the two places alternating which
-goes first from round to round. Prints a table and writes JSON.
+goes first from round to round. On ``gs://`` it counts what TensorFlow's client sent for the job (the front's
+ledger): all of it, and the event files' part (sent whole at each flush). Prints a table and writes JSON.
 """
 
 import argparse
@@ -23,6 +24,7 @@ import time
 from benchmarks.common import print_machine, stop_trainers_on_sigterm, write_result
 from benchmarks.recipes import REPO, run_recipe
 from estimator.common import processes
+from tests import cloud_storage
 
 BUCKET = "benchmark"
 
@@ -54,7 +56,19 @@ def convert(data_dir: str, source: str, sha256: str) -> float:
     return round(time.perf_counter() - start, 1)
 
 
+def sent(directory: str, job_object: str) -> dict:
+    """What TensorFlow's client uploaded for the job whose objects start with ``job_object`` (BUCKET/NAME/)."""
+    entries = cloud_storage.uploads(directory, job_object)
+    events = [size for name, size in entries if "/events.out.tfevents." in name]
+    return {
+        "uploaded_mb": round(sum(size for _, size in entries) / 1e6, 1),
+        "event_file_uploads": len(events),
+        "event_file_mb": round(sum(events) / 1e6, 1),
+    }
+
+
 def _line(row: dict) -> str:
+    uploads = " uploaded %(uploaded_mb)6.1f MB, event files %(event_file_mb)5.1f MB in %(event_file_uploads)3d" % row
     return (
         "%-7s %-22s round %d  %-22s %-5s steps %5d  wall %6.1f s  test acc %.4f  checkpoint save %5.2f s  "
         "end reserved %5.1f s, used %5.1f s"
@@ -74,6 +88,7 @@ def _line(row: dict) -> str:
                 "final_secs",
             )
         )
+        + (uploads if "uploaded_mb" in row else "")
     )
 
 
@@ -81,8 +96,6 @@ def main(argv=None) -> int:
     argv, extra = processes.split_argv(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     from google.cloud import storage as gcs
-
-    from tests import cloud_storage
 
     stop_trainers_on_sigterm()
     print_machine()
@@ -108,6 +121,8 @@ def main(argv=None) -> int:
                             list(extra) + ["--probe-cache", cache],
                         )
                         row.update(place=place, round=round_ + 1)
+                        if place == "gs://":
+                            row.update(sent(tmp, "%s/jobs/%s/" % (BUCKET, name)))
                         rows.append(row)
                         print(_line(row), flush=True)
     print("conversion: %s" % ", ".join("%s %.1f s" % item for item in converts.items()))

@@ -10,7 +10,7 @@ libcurl, which honours ``https_proxy`` and ``CURL_CA_BUNDLE``. So a proxy here a
 hosts only, ends TLS with a certificate of a CA made for the session (trustme), and passes each request, as
 TensorFlow sent it, to the same emulator: one bucket that both clients see. ``environment`` gives the
 variables a job needs (``GOOGLE_AUTH_TOKEN_FOR_TESTING`` is TensorFlow's own hook for a token that needs no
-metadata server).
+metadata server). The front keeps a ledger of TensorFlow's uploads, ``uploads`` reads it: what a job sends.
 """
 
 import contextlib
@@ -31,6 +31,26 @@ from tests.helpers import REPO, free_port
 HOSTS = ("www.googleapis.com", "storage.googleapis.com")
 # Hop-by-hop headers, and the body's framing: the proxy reads the whole body and sends it with a length.
 _NOT_FORWARDED = ("expect", "proxy-connection", "connection", "content-length", "transfer-encoding")
+
+
+UPLOADS = "uploads.jsonl"  # the front's ledger: {"object": "BUCKET/NAME", "bytes": N} a request that sends data
+
+
+def serving_directory() -> str:
+    """The DIRECTORY of the server this process's environment points at (``environment``: its CA is there)."""
+    return os.path.dirname(os.environ["CURL_CA_BUNDLE"])
+
+
+def uploads(directory: str, prefix: str = "") -> list:
+    """[(object, bytes)] of each upload request TensorFlow's client made to the server of DIRECTORY, in order,
+    for the objects whose "BUCKET/NAME" starts with ``prefix``. TensorFlow's client cannot append: it sends a
+    file whole at each flush and at its close."""
+    path = os.path.join(directory, UPLOADS)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        entries = [json.loads(line) for line in f]
+    return [(e["object"], e["bytes"]) for e in entries if e["object"].startswith(prefix)]
 
 
 def environment(directory: str) -> dict:
@@ -105,7 +125,7 @@ def _read_body(stream, headers: dict) -> bytes:
 class TlsFront:
     """The proxy: CONNECT to HOSTS, TLS with the session CA's certificate, each request to the emulator."""
 
-    def __init__(self, emulator_port: int, ca_path: str):
+    def __init__(self, emulator_port: int, ca_path: str, ledger: str):
         import trustme
 
         ca = trustme.CA()
@@ -115,6 +135,7 @@ class TlsFront:
         self.emulator_port = emulator_port
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
+        self._ledger, self._ledger_lock = open(ledger, "a"), threading.Lock()
 
     def serve_forever(self) -> None:
         while True:
@@ -138,6 +159,15 @@ class TlsFront:
             except (OSError, ssl.SSLError):
                 pass  # the client closed its connection
 
+    def _record_upload(self, path: str, size: int) -> None:
+        # /upload/storage/v1/b/BUCKET/o?uploadType=resumable&name=NAME&upload_id=...: the data of a session.
+        url = urllib.parse.urlsplit(path)
+        bucket = url.path.split("/b/", 1)[1].split("/", 1)[0]
+        name = urllib.parse.parse_qs(url.query).get("name", ["?"])[0]
+        with self._ledger_lock:
+            self._ledger.write(json.dumps({"object": bucket + "/" + name, "bytes": size}) + "\n")
+            self._ledger.flush()
+
     def _relay(self, tls, stream) -> bool:
         """Passes one request to the emulator and its answer back; False when the client has closed."""
         line = stream.readline()
@@ -155,6 +185,8 @@ class TlsFront:
         if lower.get("expect", "").lower() == "100-continue":
             tls.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         body = _read_body(stream, lower)
+        if body and path.startswith("/upload/"):
+            self._record_upload(path, len(body))
         upstream = http.client.HTTPConnection("127.0.0.1", self.emulator_port, timeout=60)
         try:
             upstream.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
@@ -188,7 +220,7 @@ def serve(directory: str) -> None:
     emulator_port = free_port()
     emulator = server.create_server("127.0.0.1", emulator_port, in_memory=True)
     emulator.start()
-    front = TlsFront(emulator_port, os.path.join(directory, "ca.pem"))
+    front = TlsFront(emulator_port, os.path.join(directory, "ca.pem"), os.path.join(directory, UPLOADS))
     threading.Thread(target=front.serve_forever, daemon=True).start()
     partial = os.path.join(directory, "ports.json.tmp")
     with open(partial, "w") as f:

@@ -13,6 +13,7 @@ from estimator.common import storage
 from estimator.data import records as fmt
 from estimator.data.convert import ConversionError, convert
 from tests import cifar_archives as ca
+from tests import cloud_storage
 from tests.helpers import MINI_SHA256, fetch_json, gcs_names, predict_records, run_job, run_joined, tensorboard
 
 
@@ -107,6 +108,10 @@ def test_a_job_on_cloud_storage_through_tensorflows_own_client(gcs, mini_archive
     assert results["final_export"].startswith(job + "/export/final/")
     assert tf.io.gfile.exists(results["final_export"] + "/saved_model.pb")
     assert len([n for n in tf.io.gfile.listdir(job) if n.startswith("events.out.tfevents.")]) == 2  # one a run
+    # TensorFlow's client cannot append: it sends an event file whole at each flush, the last time at its close.
+    for path in tf.io.gfile.glob(job + "/events.out.tfevents.*"):
+        sent = [size for _, size in cloud_storage.uploads(cloud_storage.serving_directory(), path[len("gs://") :])]
+        assert sent[-1] == tf.io.gfile.stat(path).length and sent == sorted(sent), sent
 
     rc, out, err = predict_records(job, data, tmp_path)
     assert rc == 0, err
@@ -124,3 +129,9 @@ def test_a_job_on_cloud_storage_through_tensorflows_own_client(gcs, mini_archive
         assert "accuracy" in scalars["eval_test"] and "loss" in scalars["."], scalars
         loss = fetch_json(base + "scalars/scalars?tag=loss&run=.")
         assert [step for _, step, _ in loss] == [1, 11, 21, 31]  # every 10 steps: the first run to 20, the second on
+        # Written without a flush on gs:// (each would upload the whole file again): the writer's own flush at the
+        # end of training uploads the training's, the close at the job's end the pictures after the last evaluation.
+        health = fetch_json(base + "scalars/scalars?tag=health/gradient_norm&run=.")
+        assert [step for _, step, _ in health] == [0, 20]  # the fresh start, the resumed one
+        pictures = fetch_json(base + "images/images?run=eval_validation&tag=pictures/confusion_matrix")
+        assert [picture["step"] for picture in pictures] == [20, 40]  # each run's last validation
