@@ -68,7 +68,6 @@ def sent(directory: str, job_object: str) -> dict:
 
 
 def _line(row: dict) -> str:
-    uploads = " uploaded %(uploaded_mb)6.1f MB, event files %(event_file_mb)5.1f MB in %(event_file_uploads)3d" % row
     return (
         "%-7s %-22s round %d  %-22s %-5s steps %5d  wall %6.1f s  test acc %.4f  checkpoint save %5.2f s  "
         "end reserved %5.1f s, used %5.1f s"
@@ -88,8 +87,12 @@ def _line(row: dict) -> str:
                 "final_secs",
             )
         )
-        + (uploads if "uploaded_mb" in row else "")
+        + (_uploads(row) if "uploaded_mb" in row else "")
     )
+
+
+def _uploads(row: dict) -> str:
+    return "  uploaded %(uploaded_mb)5.1f MB, event files %(event_file_mb)4.1f MB in %(event_file_uploads)d" % row
 
 
 def main(argv=None) -> int:

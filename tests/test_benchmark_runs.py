@@ -66,3 +66,33 @@ def test_sigterm_to_a_recipe_benchmark_stops_its_trainer(mini_records, tmp_path)
             os.kill(pid, signal.SIGKILL)
         if bench.poll() is None:
             bench.kill()
+
+
+def test_the_cloud_storage_benchmark_counts_a_jobs_uploads_and_prints_a_line_for_either_place(tmp_path):
+    from benchmarks import cloud_storage as bench
+    from tests.cloud_storage import UPLOADS
+
+    sent = [
+        ("benchmark/jobs/cpu_5min-1/events.out.tfevents.1.vm", 1_000_000),
+        ("benchmark/jobs/cpu_5min-1/model.ckpt-8.index", 500_000),
+        ("benchmark/jobs/cpu_5min-1/events.out.tfevents.1.vm", 1_200_000),
+        ("benchmark/jobs/cpu_5min-10/events.out.tfevents.2.vm", 9_000_000),  # another job: not counted
+    ]
+    (tmp_path / UPLOADS).write_text("".join('{"object": "%s", "bytes": %d}\n' % entry for entry in sent))
+    counted = bench.sent(str(tmp_path), "benchmark/jobs/cpu_5min-1/")
+    assert counted == {"uploaded_mb": 2.7, "event_file_uploads": 2, "event_file_mb": 2.2}
+    assert bench.sent(str(tmp_path / "no-server"), "benchmark/") == {
+        "uploaded_mb": 0.0,
+        "event_file_uploads": 0,
+        "event_file_mb": 0.0,
+    }
+    row = dict(place="local", recipe="cpu_5min.args", round=1, network="airbench94 x0.75", precision="bf16")
+    row.update(global_step=1071, wall_seconds=293.46, accuracy=0.88466, checkpoint_save_secs=0.1)
+    row.update(final_secs_reserved=22.0, final_secs=10.31)
+    middle = "airbench94 x0.75       bf16  steps  1071  wall  293.5 s  test acc 0.8847  checkpoint save  0.10 s"
+    assert bench._line(row) == "local   cpu_5min.args          round 1  %s  end reserved  22.0 s, used  10.3 s" % middle
+    row.update(place="gs://", **counted)
+    assert bench._line(row) == (
+        "gs://   cpu_5min.args          round 1  %s  end reserved  22.0 s, used  10.3 s  "
+        "uploaded   2.7 MB, event files  2.2 MB in 2" % middle
+    )
