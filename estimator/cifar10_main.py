@@ -113,9 +113,9 @@ def _run(hp, argv) -> int:
 
 
 def _close_event_files() -> None:
-    """Closes the job's event files, whichever way it ends (``summaries.close_writers``: on Cloud Storage an open
-    one leaves its local copy behind). Each was flushed when written; a failure to close loses nothing already
-    uploaded and must not hide the job's own exit status: one line on stderr."""
+    """Closes the job's event files, whichever way it ends (``summaries.close_writers``): on Cloud Storage this
+    uploads what came after the writer's last flush (health values and pictures wait for it) and removes the file's
+    local copy. A failure here must not hide the job's own exit status: one line on stderr."""
     try:
         summaries.close_writers()
     except (OSError, tf.errors.OpError) as e:
