@@ -437,6 +437,8 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
                 for c in choice.get("candidates", [])
             ),
         )
+        if choice.get("timed_again"):
+            logs.info("--network auto: %s", choice["timed_again"])
 
 
 def summary_lines(hp: hparams_lib.HParams, results: dict) -> list:

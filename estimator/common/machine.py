@@ -138,9 +138,16 @@ def cached_probe(path: str, key: str, names, measure):
     if measure is None:
         return None, False
     probe = measure()
+    store_probe(path, key, probe)
+    return dict(probe), True
+
+
+def store_probe(path: str, key: str, probe: dict) -> None:
+    """``probe`` cached under ``key`` in the JSON file at ``path``, in place of what was there. The file is
+    read again first: a study's trials share it, and another's entries written meanwhile stay."""
+    cache = _read_cache(path)
     cache[key] = probe
     _write_cache(path, cache)
-    return dict(probe), True
 
 
 def seconds_per_run(sess, fetch, steps: int, warmup: int, clock=time.perf_counter, max_secs=None, min_steps=2) -> float:

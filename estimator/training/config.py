@@ -245,12 +245,43 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
         return time_budget.training_secs(hp.time_budget, rate, always, views, eval_speedup=eval_speedup)
 
     step_cost = hp.image_sizes.mean_cost(0.0, 1.0) if hp.image_sizes else 1.0
+    doubts = []
     if measure:
         for name in family.worth_timing(rates, hp.num_train_examples, training_secs, step_cost):
-            rates[name] = (_timed_training_rate(hp, cpu, name, precision), "timed")
+            rates, reference_speed, doubt = _time_member(hp, cpu, given, name, precision, rates, reference_speed)
+            doubts += [doubt] if doubt else []
     member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, training_secs, step_cost=step_cost)
     record["precision"] = str(precision)
+    if doubts:
+        record["timed_again"] = "; ".join(doubts)
     return member, record, probe, _chosen_speed(member.name, rates, reference_speed)
+
+
+def _time_member(hp: hparams_lib.HParams, cpu: dict, given: set, name: str, precision, rates: dict, reference: dict):
+    """``(rates, the reference's speeds, doubt)`` once member ``name``'s training is timed. A first timing
+    beyond the spread of its estimate (``family.beyond_spread``) is in doubt: the member and the reference
+    are timed again, each kept at the faster of its two (``speed_probes.time_again``), the other members
+    estimated again from the reference, and ``doubt`` says so (else None)."""
+    from estimator.training import speed_probes
+
+    fresh = _timed_training_rate(hp, cpu, name, precision, measure=False) is None
+    rate, estimate = _timed_training_rate(hp, cpu, name, precision), rates[name][0]
+    doubt = None
+    if fresh and family.beyond_spread(rate, estimate):
+        doubt = "%s timed at %.2fx its estimate from %s (beyond %gx): both timed again, the faster kept" % (
+            name,
+            rate / estimate,
+            family.REFERENCE,
+            family.ESTIMATE_SPREAD,
+        )
+        reference = speed_probes.time_again(
+            _member_hp(hp, family.member(family.REFERENCE), precision), reference, cpu=cpu
+        )
+        rate = speed_probes.time_again(_probe_hp(hp, name, precision), {"train": rate}, cpu=cpu)["train"]
+        timed = {n: r for n, (r, how) in rates.items() if how == "timed" and n != family.REFERENCE}
+        rates = _estimated_rates(hp, given, precision, reference, timed=True)
+        rates.update((n, (r, "timed")) for n, r in timed.items())
+    return {**rates, name: (rate, "timed")}, reference, doubt
 
 
 def _member_hp(hp: hparams_lib.HParams, member, precision) -> hparams_lib.HParams:
@@ -290,16 +321,21 @@ def _estimated_rates(hp: hparams_lib.HParams, given: set, precision, reference_s
     return rates
 
 
-def _timed_training_rate(hp: hparams_lib.HParams, cpu: dict, name: str, precision) -> float:
-    """Member ``name``'s training images/s, timed alone at its probe batch (``family.probe_batch``). Its
-    evaluation is planned at the reference's ratio, as every member was compared (timed at the job's
-    batches, members' own lay within 10% of it on the Zen 4 and 5), and timing it cost a first run 0.7-0.8 s
-    more."""
+def _probe_hp(hp: hparams_lib.HParams, name: str, precision) -> hparams_lib.HParams:
+    """``_member_hp`` of member ``name`` at its probe batch (``family.probe_batch``)."""
+    batch = family.probe_batch(name, hp.train_batch_size)
+    return _member_hp(hp, family.member(name), precision).replace(train_batch_size=batch)
+
+
+def _timed_training_rate(hp: hparams_lib.HParams, cpu: dict, name: str, precision, measure=True):
+    """Member ``name``'s training images/s, timed alone at its probe batch. Its evaluation is planned at the
+    reference's ratio, as every member was compared (timed at the job's batches, members' own lay within
+    10% of it on the Zen 4 and 5), and timing it cost a first run 0.7-0.8 s more. ``measure`` False: the
+    cached figure, else None."""
     from estimator.training import speed_probes
 
-    batch = family.probe_batch(name, hp.train_batch_size)
-    probe_hp = _member_hp(hp, family.member(name), precision).replace(train_batch_size=batch)
-    return speed_probes.network_speed(probe_hp, cpu=cpu, evaluate=False)["train"]
+    speed = speed_probes.network_speed(_probe_hp(hp, name, precision), cpu=cpu, measure=measure, evaluate=False)
+    return speed and speed["train"]
 
 
 def _chosen_speed(name: str, rates: dict, reference_speed: dict) -> dict:

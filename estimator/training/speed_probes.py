@@ -18,7 +18,15 @@ from __future__ import annotations
 import hashlib
 
 from estimator.common import durations, tensor_names
-from estimator.common.machine import cache_path, cached_probe, cpu_info, cpu_key, native_bf16, seconds_per_run
+from estimator.common.machine import (
+    cache_path,
+    cached_probe,
+    cpu_info,
+    cpu_key,
+    native_bf16,
+    seconds_per_run,
+    store_probe,
+)
 from estimator.common.options import Network, Precision
 from estimator.networks import airbench, layers, registry, resnet
 from estimator.ops import filter_gradient, gelu
@@ -156,7 +164,7 @@ def network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True, evalu
     one is cached, else timed alone and cached apart."""
     cpu = cpu or cpu_info()
     path = cache_file or cache_path(CACHE_FILE, hp.probe_cache)
-    key = "|".join((cache_key(cpu, hp), str(hp.precision), str(hp.eval_batch_size // len(hp.towers))))
+    key = _speed_key(cpu, hp)
     timer = timer or time_network  # looked up as it runs: the tests' simulated CPU replaces it
     whole, _ = cached_probe(
         path, key, ("train", "eval"), (lambda: timer(hp, hp.precision)) if measure and evaluate else None
@@ -165,6 +173,29 @@ def network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True, evalu
         return whole if evaluate else {"train": whole["train"]}
     train_only = (lambda: timer(hp, hp.precision, max_secs=ALONE_PROBE_SECS, evaluate=False)) if measure else None
     return cached_probe(path, key + "|train", ("train",), train_only)[0]
+
+
+def _speed_key(cpu: dict, hp) -> str:
+    return "|".join((cache_key(cpu, hp), str(hp.precision), str(hp.eval_batch_size // len(hp.towers))))
+
+
+def time_again(hp, first: dict, cpu=None, timer=None, cache_file=None) -> dict:
+    """``first`` (``network_speed``'s figures of ``hp``, timed once) after ``hp``'s training is timed once
+    more, alone: the faster of the two timings, cached in place of the first. For a timing in doubt
+    (``config``: a member timed beyond the spread of its estimate from the reference): a VM can run at
+    half its speed for tens of seconds, and one such spell during the reference's 1 s made a container's
+    first run take it at 0.73 of its speed and choose a member that trained 400 steps where 700-870 were
+    usual. A spell seldom covers both timings. The evaluation's figure, where ``first`` has one, moves with
+    training's: their ratio, timed side by side, plans the end's reserve."""
+    cpu = cpu or cpu_info()
+    timer = timer or time_network
+    again = timer(hp, hp.precision, max_secs=ALONE_PROBE_SECS, evaluate=False)["train"]
+    if again <= first["train"]:
+        return dict(first)
+    kept = {name: round(value * again / first["train"], 1) for name, value in first.items()}
+    key = _speed_key(cpu, hp) + ("" if "eval" in first else "|train")
+    store_probe(cache_file or cache_path(CACHE_FILE, hp.probe_cache), key, kept)
+    return kept
 
 
 def _untimed_choice(hp):
