@@ -28,10 +28,44 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = ("cpu_5min", "cpu_30min")
 
 
-def resolve_seconds(argv) -> dict:
-    """In this process: seconds ``config.parse(argv)`` takes (TensorFlow imported before), and its choices."""
-    from estimator.training import config
+SPELLS = ("reference", "member")
 
+
+def make_spell(target: str, hogs: int) -> None:
+    """A VM's slow spell, made real: ``hogs`` busy processes beside the first timing of ``target`` (the
+    reference member's training and evaluation, or the first other member's training), gone after it."""
+    from estimator.networks import family
+    from estimator.training import speed_probes
+
+    timer, reference = speed_probes.time_network, family.member(family.REFERENCE).width_multiplier
+    pending = [target]
+
+    def in_spell(hp, *args, evaluate=True, **kwargs):
+        is_reference = hp.width_multiplier == reference
+        hit = (is_reference and evaluate) if target == "reference" else not is_reference
+        if not (pending and hit):
+            return timer(hp, *args, evaluate=evaluate, **kwargs)
+        pending.clear()
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
+        try:
+            return timer(hp, *args, evaluate=evaluate, **kwargs)
+        finally:
+            for process in busy:
+                process.kill()
+                process.wait()
+
+    speed_probes.time_network = in_spell
+
+
+def resolve_seconds(argv, spell=None, hogs=1, undoubted=False) -> dict:
+    """In this process: seconds ``config.parse(argv)`` takes (TensorFlow imported before), and its choices.
+    ``spell``: ``make_spell``'s; ``undoubted``: a doubted timing is not timed again (as before it was)."""
+    from estimator.training import config, speed_probes
+
+    if spell:
+        make_spell(spell, hogs)
+    if undoubted:
+        speed_probes.time_again = lambda hp, first, **_: dict(first)
     start = time.perf_counter()
     hp, _ = config.parse(argv)
     seconds = time.perf_counter() - start
@@ -39,21 +73,36 @@ def resolve_seconds(argv) -> dict:
     return {
         "seconds": round(seconds, 2),
         "precision": str(hp.precision),
+        "precision_probe": hp.precision_probe,
         "member": choice.get("member"),
         "timed": [c["member"] for c in choice.get("candidates", []) if c["speed"] == "timed"],
+        "images_per_sec": {c["member"]: c["images_per_sec"] for c in choice.get("candidates", [])},
+        "timed_again": choice.get("timed_again"),
         "speed_probe": hp.speed_probe,
         "filter_gradients": hp.filter_gradients,
     }
 
 
-def startup(recipe: str, data_dir: str, cache: str) -> dict:
+def startup(recipe: str, data_dir: str, cache: str, spell_flags=()) -> dict:
     """``resolve_seconds`` of ``recipe`` in a fresh process with ``--probe-cache cache``."""
     with tempfile.TemporaryDirectory() as job:
         argv = ["@" + os.path.join(REPO, "estimator", "recipes", recipe + ".args"), "--data-dir", data_dir]
         argv += ["--job-dir", job, "--probe-cache", cache]
-        command = [sys.executable, "-m", "benchmarks.probe_cost", "--resolve"] + argv
+        command = [sys.executable, "-m", "benchmarks.probe_cost", "--resolve", *spell_flags, "--"] + argv
         out = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def spells(recipe: str, data_dir: str, hogs: int) -> list:
+    """First runs of ``recipe`` with each of ``SPELLS``, its doubts timed again and not."""
+    rows = []
+    for target in SPELLS:
+        for undoubted in (False, True):
+            flags = ["--spell", target, "--hogs", str(hogs)] + (["--undoubted"] if undoubted else [])
+            with tempfile.TemporaryDirectory() as cache:
+                run = startup(recipe, data_dir, cache, flags)
+            rows.append(dict(run, recipe=recipe, spell=target, hogs=hogs, timed_again_allowed=not undoubted))
+    return rows
 
 
 def member_speeds(data_dir: str, rounds: int, precisions) -> list:
@@ -99,6 +148,14 @@ def main(argv=None) -> int:
     parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=RECIPES)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--skip-members", action="store_true", help="Only the start-up of each recipe.")
+    parser.add_argument(
+        "--spells",
+        type=int,
+        default=0,
+        metavar="HOGS",
+        help="Also first runs with HOGS busy processes beside the reference's first timing, then the member's "
+        "(a VM's slow spell), each with its doubt timed again and not.",
+    )
     parser.add_argument("--out", default="benchmarks/results/probe_cost.json")
     args = parser.parse_args(argv)
     from estimator.common.machine import cpu_info, native_bf16
@@ -128,6 +185,26 @@ def main(argv=None) -> int:
                     ", ".join(first["timed"]),
                 )
             )
+    if args.spells:
+        print(
+            "\n%-10s %-10s %-8s %8s  %-18s %-16s %s"
+            % ("recipe", "spell", "again", "first s", "chosen", "precision probe", "doubt")
+        )
+        for recipe in args.recipes:
+            for row in spells(recipe, args.data_dir, args.spells):
+                result.setdefault("spells", []).append(row)
+                print(
+                    "%-10s %-10s %-8s %8.1f  %-18s %-16s %s"
+                    % (
+                        recipe,
+                        row["spell"],
+                        "yes" if row["timed_again_allowed"] else "no",
+                        row["seconds"],
+                        "%s (%s)" % (row["member"], row["precision"]),
+                        json.dumps(row["precision_probe"]),
+                        row["timed_again"] or "-",
+                    )
+                )
     if not args.skip_members:
         precisions = ["fp32", "bf16"] if native_bf16(cpu_info()) else ["fp32"]
         result["members"] = member_speeds(args.data_dir, args.rounds, precisions)
@@ -155,6 +232,12 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--resolve"]:
-        print(json.dumps(resolve_seconds(sys.argv[2:])))
+        split = sys.argv.index("--")
+        spell_parser = argparse.ArgumentParser()
+        spell_parser.add_argument("--spell", choices=SPELLS)
+        spell_parser.add_argument("--hogs", type=int, default=1)
+        spell_parser.add_argument("--undoubted", action="store_true")
+        spell_args = spell_parser.parse_args(sys.argv[2:split])
+        print(json.dumps(resolve_seconds(sys.argv[split + 1 :], **vars(spell_args))))
         sys.exit(0)
     sys.exit(main())
