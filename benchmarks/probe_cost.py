@@ -65,7 +65,7 @@ def resolve_seconds(argv, spell=None, hogs=1, undoubted=False) -> dict:
     if spell:
         make_spell(spell, hogs)
     if undoubted:
-        speed_probes.time_again = lambda hp, first, **_: dict(first)
+        speed_probes.time_again = lambda hp, first, *_, **__: dict(first)
     start = time.perf_counter()
     hp, _ = config.parse(argv)
     seconds = time.perf_counter() - start
@@ -77,7 +77,8 @@ def resolve_seconds(argv, spell=None, hogs=1, undoubted=False) -> dict:
         "member": choice.get("member"),
         "timed": [c["member"] for c in choice.get("candidates", []) if c["speed"] == "timed"],
         "images_per_sec": {c["member"]: c["images_per_sec"] for c in choice.get("candidates", [])},
-        "timed_again": choice.get("timed_again"),
+        "timed_again": choice.get("timed_again")
+        and ("(not timed again) " if undoubted else "") + choice["timed_again"],
         "speed_probe": hp.speed_probe,
         "filter_gradients": hp.filter_gradients,
     }
@@ -93,16 +94,14 @@ def startup(recipe: str, data_dir: str, cache: str, spell_flags=()) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def spells(recipe: str, data_dir: str, hogs: int) -> list:
-    """First runs of ``recipe`` with each of ``SPELLS``, its doubts timed again and not."""
-    rows = []
+def spells(recipe: str, data_dir: str, hogs: int):
+    """First runs of ``recipe`` with each of ``SPELLS``, its doubts timed again and not (yielded as they end)."""
     for target in SPELLS:
         for undoubted in (False, True):
             flags = ["--spell", target, "--hogs", str(hogs)] + (["--undoubted"] if undoubted else [])
             with tempfile.TemporaryDirectory() as cache:
                 run = startup(recipe, data_dir, cache, flags)
-            rows.append(dict(run, recipe=recipe, spell=target, hogs=hogs, timed_again_allowed=not undoubted))
-    return rows
+            yield dict(run, recipe=recipe, spell=target, hogs=hogs, timed_again_allowed=not undoubted)
 
 
 def member_speeds(data_dir: str, rounds: int, precisions) -> list:

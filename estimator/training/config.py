@@ -235,7 +235,8 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
     from estimator.training import speed_probes
 
     measure = speed_probes.affordable(hp.time_budget)
-    precision, probe, measured = _reference_speed(hp, cpu, measure)
+    doubts = []
+    precision, probe, measured = _reference_speed(hp, cpu, measure, doubts)
     reference_speed = measured or dict(family.ASSUMED_REFERENCE_SPEED)
     rates = _estimated_rates(hp, given, precision, reference_speed, timed=bool(measured))
     always, views = time_budget.evaluation_images(hp)
@@ -245,7 +246,6 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
         return time_budget.training_secs(hp.time_budget, rate, always, views, eval_speedup=eval_speedup)
 
     step_cost = hp.image_sizes.mean_cost(0.0, 1.0) if hp.image_sizes else 1.0
-    doubts = []
     if measure:
         for name in family.worth_timing(rates, hp.num_train_examples, training_secs, step_cost):
             rates, reference_speed, doubt = _time_member(hp, cpu, given, name, precision, rates, reference_speed)
@@ -290,16 +290,17 @@ def _member_hp(hp: hparams_lib.HParams, member, precision) -> hparams_lib.HParam
     return hp.replace(network=Network.AIRBENCH, precision=precision, **shape)
 
 
-def _reference_speed(hp: hparams_lib.HParams, cpu: dict, measure: bool):
+def _reference_speed(hp: hparams_lib.HParams, cpu: dict, measure: bool, doubts: list):
     """``(precision, precision probe, speeds)``: the precision ``--precision`` gives or ``auto`` chooses on
-    the reference member, and the reference's ``{"train", "eval"}`` images/s in it (None where nothing is
-    cached and ``measure`` is False)."""
+    the reference member (a doubt about it appended to ``doubts``), and the reference's ``{"train", "eval"}``
+    images/s in it (None where nothing is cached and ``measure`` is False)."""
     from estimator.training import speed_probes
 
     reference = family.member(family.REFERENCE)
     precision, probe = hp.precision, {}
     if hp.precision == Precision.AUTO:
-        precision, probe = speed_probes.choose(_member_hp(hp, reference, Precision.FP32), cpu=cpu, measure=measure)
+        reference_hp = _member_hp(hp, reference, Precision.FP32)
+        precision, probe = speed_probes.choose(reference_hp, cpu=cpu, measure=measure, doubts=doubts)
     return precision, probe, speed_probes.network_speed(_member_hp(hp, reference, precision), cpu=cpu, measure=measure)
 
 

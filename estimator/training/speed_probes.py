@@ -214,7 +214,7 @@ def untimed_reason(hp, cpu=None) -> str:
     )
 
 
-def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
+def choose(hp, cpu=None, timer=None, cache_file=None, measure=True, doubts=None):
     """``(precision, probe)``: the faster of fp32 and bf16 for ``hp``'s network on this CPU.
 
     ``probe`` maps each precision timed to its training images/s; it is empty where bf16 is not native
@@ -224,7 +224,8 @@ def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
     evaluation is the one the budget will plan with), fp32's training alone, at ``PRECISION_PROBE_BATCH``
     images a tower at most (its evaluation, and its speed at the job's batch, are timed only where fp32
     wins). ``measure`` False: from what is cached, else ``UNTIMED_CHOICE``'s estimate (an empty probe). A
-    first timing against ``UNTIMED_CHOICE`` (fp32 ahead for airbench) is in doubt: both are timed again.
+    first timing against ``UNTIMED_CHOICE`` (fp32 ahead for airbench) is in doubt: both are timed again,
+    and the log says so, or, where the caller records it, ``doubts`` (a list) gets the line.
     """
     cpu = cpu or cpu_info()
     if not native_bf16(cpu):
@@ -244,13 +245,13 @@ def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
         # measured: fp32 ahead is a doubt (a VM's slow spell during bf16's timing, as ``time_again`` says).
         first = {p: speed["train"] for p, speed in speeds.items()}
         speeds = {p: time_again(probed[p], speeds[p], cpu, timer, cache_file) for p in CANDIDATES}
-        logs.warning(
-            "--precision auto: fp32 timed ahead of bf16 (%.0f against %.0f img/s), where bf16 is native; both "
-            "timed again, the faster kept: %.0f and %.0f",
+        doubt = "fp32 timed ahead of bf16 (%.0f against %.0f img/s) where bf16 is native: both timed again, " % (
             first["fp32"],
             first["bf16"],
-            speeds["fp32"]["train"],
-            speeds["bf16"]["train"],
-        )
+        ) + "the faster kept (%.0f and %.0f)" % (speeds["fp32"]["train"], speeds["bf16"]["train"])
+        if doubts is None:
+            logs.warning("--precision auto: %s", doubt)
+        else:
+            doubts.append(doubt)
     probe = {p: speed["train"] for p, speed in speeds.items()}
     return max(CANDIDATES, key=lambda p: probe[p]), probe
