@@ -264,8 +264,7 @@ def _time_member(hp: hparams_lib.HParams, cpu: dict, given: set, name: str, prec
     estimated again from the reference, and ``doubt`` says so (else None)."""
     from estimator.training import speed_probes
 
-    fresh = _timed_training_rate(hp, cpu, name, precision, measure=False) is None
-    rate, estimate = _timed_training_rate(hp, cpu, name, precision), rates[name][0]
+    (rate, fresh), estimate = _timed_training_rate(hp, cpu, name, precision), rates[name][0]
     doubt = None
     if fresh and family.beyond_spread(rate, estimate):
         doubt = "%s timed at %.2fx its estimate from %s (beyond %gx): both timed again, the faster kept" % (
@@ -328,15 +327,15 @@ def _probe_hp(hp: hparams_lib.HParams, name: str, precision) -> hparams_lib.HPar
     return _member_hp(hp, family.member(name), precision).replace(train_batch_size=batch)
 
 
-def _timed_training_rate(hp: hparams_lib.HParams, cpu: dict, name: str, precision, measure=True):
-    """Member ``name``'s training images/s, timed alone at its probe batch. Its evaluation is planned at the
-    reference's ratio, as every member was compared (timed at the job's batches, members' own lay within
-    10% of it on the Zen 4 and 5), and timing it cost a first run 0.7-0.8 s more. ``measure`` False: the
-    cached figure, else None."""
+def _timed_training_rate(hp: hparams_lib.HParams, cpu: dict, name: str, precision):
+    """``(member name's training images/s, timed now)``: timed alone at its probe batch, or cached. Its
+    evaluation is planned at the reference's ratio, as every member was compared (timed at the job's
+    batches, members' own lay within 10% of it on the Zen 4 and 5), and timing it cost a first run 0.7-0.8 s
+    more."""
     from estimator.training import speed_probes
 
-    speed = speed_probes.network_speed(_probe_hp(hp, name, precision), cpu=cpu, measure=measure, evaluate=False)
-    return speed and speed["train"]
+    speed, now = speed_probes.timed_network_speed(_probe_hp(hp, name, precision), cpu=cpu, evaluate=False)
+    return speed["train"], now
 
 
 def _chosen_speed(name: str, rates: dict, reference_speed: dict) -> dict:

@@ -160,24 +160,29 @@ def time_training_steps(
 
 
 def network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True, evaluate=True) -> dict:
-    """``{"train": images/s, "eval": images/s}`` of ``hp``'s network in ``hp.precision`` on this CPU:
-    timed once (``time_network``, a few seconds) and cached per CPU, network, batch sizes and TensorFlow
+    """``timed_network_speed``'s figures alone."""
+    return timed_network_speed(hp, cpu, timer, cache_file, measure, evaluate)[0]
+
+
+def timed_network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True, evaluate=True):
+    """``(speeds, timed now)``: ``{"train": images/s, "eval": images/s}`` of ``hp``'s network in ``hp.precision`` on
+    this CPU: timed once (``time_network``, a few seconds) and cached per CPU, network, batch sizes and TensorFlow
     version in ``hp.probe_cache``. What ``--network auto`` compares the family's members by, and what
-    ``--time-budget`` plans with: the evaluation's ratio to training (which differs between CPUs,
-    networks and precisions: docs/speed.md) decides the end's reserve. ``measure`` False: only what is
-    cached (None where nothing is). ``evaluate`` False: ``{"train": images/s}``, from the whole entry where
-    one is cached, else timed alone and cached apart."""
+    ``--time-budget`` plans with: the evaluation's ratio to training (which differs between CPUs, networks and
+    precisions: docs/speed.md) decides the end's reserve. ``measure`` False: only what is cached (None where nothing
+    is). ``evaluate`` False: ``{"train": images/s}``, from the whole entry where one is cached, else timed alone and
+    cached apart. ``timed now``: not from the cache (a first timing, which a doubt may have timed again)."""
     cpu = cpu or cpu_info()
     path = cache_file or cache_path(CACHE_FILE, hp.probe_cache)
     key = _speed_key(cpu, hp)
     timer = timer or time_network  # looked up as it runs: the tests' simulated CPU replaces it
-    whole, _ = cached_probe(
+    whole, timed = cached_probe(
         path, key, ("train", "eval"), (lambda: timer(hp, hp.precision)) if measure and evaluate else None
     )
     if whole or evaluate:
-        return whole if evaluate else {"train": whole["train"]}
+        return (whole if evaluate else {"train": whole["train"]}), timed
     train_only = (lambda: timer(hp, hp.precision, max_secs=ALONE_PROBE_SECS, evaluate=False)) if measure else None
-    return cached_probe(path, key + "|train", ("train",), train_only)[0]
+    return cached_probe(path, key + "|train", ("train",), train_only)
 
 
 def _speed_key(cpu: dict, hp) -> str:
@@ -238,12 +243,8 @@ def choose(hp, cpu=None, timer=None, cache_file=None, measure=True, doubts=None)
         return "fp32", {}
     fp32_batch = min(hp.train_batch_size, PRECISION_PROBE_BATCH * len(hp.towers))
     probed = {"fp32": hp.replace(precision="fp32", train_batch_size=fp32_batch), "bf16": hp.replace(precision="bf16")}
-
-    def speeds_of(measure):
-        return {p: network_speed(probed[p], cpu, timer, cache_file, measure, evaluate=p == "bf16") for p in CANDIDATES}
-
-    fresh = measure and None in speeds_of(False).values()
-    speeds = speeds_of(measure)
+    timed = {p: timed_network_speed(probed[p], cpu, timer, cache_file, measure, p == "bf16") for p in CANDIDATES}
+    speeds, fresh = {p: speed for p, (speed, _) in timed.items()}, any(now for _, now in timed.values())
     if None in speeds.values():
         return _untimed_choice(hp), {}
     lead = speeds["bf16"]["train"] / speeds["fp32"]["train"]
