@@ -9,7 +9,9 @@ precision, the member, the filter gradients and the speeds resolved) in a fresh 
 between, what was timed and what was chosen. Members: each member of the family timed as the probes time
 it (``speed_probes.time_network``: training at the recipes' batch of 512 and at the batch ``family.probe_batch``
 gives it, evaluation at 500), ``--rounds`` rounds interleaved, the best kept; its efficiency (images/s
-times multiply-adds, against the reference's) is what ``family.Member.efficiency`` holds.
+times multiply-adds, against the reference's) is what ``family.Member.efficiency`` holds. Spells
+(``--spells HOGS``): first runs with busy processes beside one timing, the configuration alone or, with
+``--whole-jobs``, the whole job to the end of its budget.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ RECIPES = ("cpu_5min", "cpu_30min")
 
 
 SPELLS = ("reference", "member")
+CALM = "none"  # a first run without a spell, beside the spelled ones
 
 
 def make_spell(target: str, hogs: int) -> None:
@@ -57,51 +60,77 @@ def make_spell(target: str, hogs: int) -> None:
     speed_probes.time_network = in_spell
 
 
-def resolve_seconds(argv, spell=None, hogs=1, undoubted=False) -> dict:
-    """In this process: seconds ``config.parse(argv)`` takes (TensorFlow imported before), and its choices.
-    ``spell``: ``make_spell``'s; ``undoubted``: a doubted timing is not timed again (as before it was)."""
-    from estimator.training import config, speed_probes
-
-    if spell:
-        make_spell(spell, hogs)
-    if undoubted:
-        speed_probes.time_again = lambda hp, first, *_, **__: dict(first)
-    start = time.perf_counter()
-    hp, _ = config.parse(argv)
-    seconds = time.perf_counter() - start
+def choices(hp) -> dict:
+    """What the configuration chose and timed (``hp``: the resolved HParams, or a job's hparams.json)."""
     choice = hp.network_choice or {}
     return {
-        "seconds": round(seconds, 2),
         "precision": str(hp.precision),
         "precision_probe": hp.precision_probe,
         "member": choice.get("member"),
         "timed": [c["member"] for c in choice.get("candidates", []) if c["speed"] == "timed"],
         "images_per_sec": {c["member"]: c["images_per_sec"] for c in choice.get("candidates", [])},
-        "timed_again": choice.get("timed_again")
-        and ("(not timed again) " if undoubted else "") + choice["timed_again"],
+        "timed_again": choice.get("timed_again"),
         "speed_probe": hp.speed_probe,
         "filter_gradients": hp.filter_gradients,
     }
 
 
-def startup(recipe: str, data_dir: str, cache: str, spell_flags=()) -> dict:
-    """``resolve_seconds`` of ``recipe`` in a fresh process with ``--probe-cache cache``."""
+def in_spell(spell=None, hogs=1, undoubted=False) -> None:
+    """This process's probes under ``make_spell(spell, hogs)``; ``undoubted``: a doubted timing is not
+    timed again (as before it was)."""
+    from estimator.training import speed_probes
+
+    if spell:
+        make_spell(spell, hogs)
+    if undoubted:
+        speed_probes.time_again = lambda hp, first, *_, **__: dict(first)
+
+
+def resolve_seconds(argv) -> dict:
+    """In this process: seconds ``config.parse(argv)`` takes (TensorFlow imported before), and its choices."""
+    from estimator.training import config
+
+    start = time.perf_counter()
+    hp, _ = config.parse(argv)
+    return {"seconds": round(time.perf_counter() - start, 2), **choices(hp)}
+
+
+def startup(recipe: str, data_dir: str, cache: str, spell_flags=(), whole_job=False) -> dict:
+    """``resolve_seconds`` of ``recipe`` in a fresh process with ``--probe-cache cache``; ``whole_job``:
+    the job itself instead, to its end (its results.json, wall seconds and choices)."""
     with tempfile.TemporaryDirectory() as job:
         argv = ["@" + os.path.join(REPO, "estimator", "recipes", recipe + ".args"), "--data-dir", data_dir]
         argv += ["--job-dir", job, "--probe-cache", cache]
-        command = [sys.executable, "-m", "benchmarks.probe_cost", "--resolve", *spell_flags, "--"] + argv
+        mode = "--job" if whole_job else "--resolve"
+        command = [sys.executable, "-m", "benchmarks.probe_cost", mode, *spell_flags, "--"] + argv
+        start = time.perf_counter()
         out = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+        if not whole_job:
+            return json.loads(out.strip().splitlines()[-1])
+        from estimator.common import storage
+        from estimator.training.hparams import HParams
+
+        recorded = json.loads(storage.read_text(os.path.join(job, "hparams.json")))["hparams"]
+        results = json.loads(storage.read_text(os.path.join(job, "results.json")))
+        return {
+            "wall_seconds": round(time.perf_counter() - start, 1),
+            **{key: results[key] for key in ("accuracy", "global_step", "train_seconds")},
+            **choices(HParams.from_dict(recorded)),
+        }
 
 
-def spells(recipe: str, data_dir: str, hogs: int):
-    """First runs of ``recipe`` with each of ``SPELLS``, its doubts timed again and not (yielded as they end)."""
-    for target in SPELLS:
-        for undoubted in (False, True):
-            flags = ["--spell", target, "--hogs", str(hogs)] + (["--undoubted"] if undoubted else [])
+def spells(recipe: str, data_dir: str, hogs: int, targets=SPELLS, whole_jobs=False):
+    """First runs of ``recipe`` with each of ``targets`` (``CALM``: none), its doubts timed again and not
+    (yielded as they end); ``whole_jobs``: each a whole job, to the end of its budget."""
+    for target in targets:
+        for undoubted in (False,) if target == CALM else (False, True):
+            flags = [] if target == CALM else ["--spell", target, "--hogs", str(hogs)]
             with tempfile.TemporaryDirectory() as cache:
-                run = startup(recipe, data_dir, cache, flags)
-            yield dict(run, recipe=recipe, spell=target, hogs=hogs, timed_again_allowed=not undoubted)
+                run = startup(recipe, data_dir, cache, flags + (["--undoubted"] if undoubted else []), whole_jobs)
+            if undoubted and run["timed_again"]:
+                run["timed_again"] = "(not timed again) " + run["timed_again"]
+            hogs_beside = 0 if target == CALM else hogs
+            yield dict(run, recipe=recipe, spell=target, hogs=hogs_beside, timed_again_allowed=not undoubted)
 
 
 def member_speeds(data_dir: str, rounds: int, precisions) -> list:
@@ -155,6 +184,18 @@ def main(argv=None) -> int:
         help="Also first runs with HOGS busy processes beside the reference's first timing, then the member's "
         "(a VM's slow spell), each with its doubt timed again and not.",
     )
+    parser.add_argument(
+        "--spell-on",
+        nargs="+",
+        default=list(SPELLS),
+        choices=(CALM,) + SPELLS,
+        help="The spells' targets (%s: a first run without one, beside them)." % CALM,
+    )
+    parser.add_argument(
+        "--whole-jobs",
+        action="store_true",
+        help="Each spelled first run is the whole job, to the end of its budget: its accuracy and steps too.",
+    )
     parser.add_argument("--out", default="benchmarks/results/probe_cost.json")
     args = parser.parse_args(argv)
     from estimator.common.machine import cpu_info, native_bf16
@@ -185,20 +226,27 @@ def main(argv=None) -> int:
                 )
             )
     if args.spells:
+        # A configuration's seconds, or a whole job's wall seconds, steps and accuracy.
+        outcome = ("wall s", "steps", "accuracy") if args.whole_jobs else ("first s",)
         print(
-            "\n%-10s %-10s %-8s %8s  %-18s %-16s %s"
-            % ("recipe", "spell", "again", "first s", "chosen", "precision probe", "doubt")
+            ("\n%-10s %-10s %-8s" + " %8s" * len(outcome) + "  %-18s %-16s %s")
+            % ("recipe", "spell", "again", *outcome, "chosen", "precision probe", "doubt")
         )
         for recipe in args.recipes:
-            for row in spells(recipe, args.data_dir, args.spells):
+            for row in spells(recipe, args.data_dir, args.spells, args.spell_on, args.whole_jobs):
                 result.setdefault("spells", []).append(row)
+                figures = (
+                    ("%8.1f" % row["wall_seconds"], "%8d" % row["global_step"], "%8.4f" % row["accuracy"])
+                    if args.whole_jobs
+                    else ("%8.1f" % row["seconds"],)
+                )
                 print(
-                    "%-10s %-10s %-8s %8.1f  %-18s %-16s %s"
+                    "%-10s %-10s %-8s %s  %-18s %-16s %s"
                     % (
                         recipe,
                         row["spell"],
                         "yes" if row["timed_again_allowed"] else "no",
-                        row["seconds"],
+                        " ".join(figures),
                         "%s (%s)" % (row["member"], row["precision"]),
                         json.dumps(row["precision_probe"]),
                         row["timed_again"] or "-",
@@ -230,13 +278,17 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--resolve"]:
+    if sys.argv[1:2] in (["--resolve"], ["--job"]):
         split = sys.argv.index("--")
         spell_parser = argparse.ArgumentParser()
         spell_parser.add_argument("--spell", choices=SPELLS)
         spell_parser.add_argument("--hogs", type=int, default=1)
         spell_parser.add_argument("--undoubted", action="store_true")
-        spell_args = spell_parser.parse_args(sys.argv[2:split])
-        print(json.dumps(resolve_seconds(sys.argv[split + 1 :], **vars(spell_args))))
+        in_spell(**vars(spell_parser.parse_args(sys.argv[2:split])))
+        if sys.argv[1] == "--job":
+            from estimator import cifar10_main
+
+            sys.exit(cifar10_main.main(sys.argv[split + 1 :]))
+        print(json.dumps(resolve_seconds(sys.argv[split + 1 :])))
         sys.exit(0)
     sys.exit(main())
