@@ -170,6 +170,89 @@ def member_speeds(data_dir: str, rounds: int, precisions) -> list:
     return rows
 
 
+def startup_table(recipes, data_dir: str, rounds: int) -> list:
+    """Each recipe's configuration as a first run and again cached, ``rounds`` times: printed, and its rows."""
+    rows = []
+    print(
+        "\n%-10s %-6s %10s %10s %6s  %-18s %s" % ("recipe", "round", "first s", "cached s", "more", "chosen", "timed")
+    )
+    for recipe in recipes:
+        for round_ in range(rounds):
+            with tempfile.TemporaryDirectory() as cache:
+                first = startup(recipe, data_dir, cache)
+                cached = startup(recipe, data_dir, cache)
+            row = {"recipe": recipe, "round": round_ + 1, "first": first, "cached": cached}
+            row["first_run_more_secs"] = round(first["seconds"] - cached["seconds"], 2)
+            rows.append(row)
+            print(
+                "%-10s %-6d %10.1f %10.1f %6.1f  %-18s %s"
+                % (
+                    recipe,
+                    round_ + 1,
+                    first["seconds"],
+                    cached["seconds"],
+                    row["first_run_more_secs"],
+                    "%s (%s)" % (first["member"], first["precision"]),
+                    ", ".join(first["timed"]),
+                )
+            )
+    return rows
+
+
+def spells_table(args) -> list:
+    """``spells`` of each recipe as ``args`` asks: printed as they end, and their rows."""
+    rows = []
+    # A configuration's seconds, or a whole job's wall seconds, steps and accuracy.
+    outcome = ("wall s", "steps", "accuracy") if args.whole_jobs else ("first s",)
+    print(
+        ("\n%-10s %-10s %-8s" + " %8s" * len(outcome) + "  %-18s %-16s %s")
+        % ("recipe", "spell", "again", *outcome, "chosen", "precision probe", "doubt")
+    )
+    for recipe in args.recipes:
+        for row in spells(recipe, args.data_dir, args.spells, args.spell_on, args.whole_jobs):
+            rows.append(row)
+            figures = (
+                ("%8.1f" % row["wall_seconds"], "%8d" % row["global_step"], "%8.4f" % row["accuracy"])
+                if args.whole_jobs
+                else ("%8.1f" % row["seconds"],)
+            )
+            print(
+                "%-10s %-10s %-8s %s  %-18s %-16s %s"
+                % (
+                    recipe,
+                    row["spell"],
+                    "yes" if row["timed_again_allowed"] else "no",
+                    " ".join(figures),
+                    "%s (%s)" % (row["member"], row["precision"]),
+                    json.dumps(row["precision_probe"]),
+                    row["timed_again"] or "-",
+                )
+            )
+    return rows
+
+
+def members_table(rows) -> list:
+    """``member_speeds``' rows, printed."""
+    print(
+        "\n%-9s %-18s %10s %10s %10s %8s %12s"
+        % ("precision", "member", "train 512", "eval 500", "efficiency", "probe b", "train probe")
+    )
+    for r in rows:
+        print(
+            "%-9s %-18s %10.0f %10.0f %10.3f %8d %12.0f"
+            % (
+                r["precision"],
+                r["member"],
+                r["train_512"],
+                r["eval_500"],
+                r["efficiency"],
+                r["probe_batch"],
+                r["train_at_probe_batch"],
+            )
+        )
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True, help="TFRecords of the full stand-in (50,000 training images).")
@@ -201,77 +284,12 @@ def main(argv=None) -> int:
     from estimator.common.machine import cpu_info, native_bf16
 
     print_machine()
-    result = {"startup": [], "members": []}
-    print(
-        "\n%-10s %-6s %10s %10s %6s  %-18s %s" % ("recipe", "round", "first s", "cached s", "more", "chosen", "timed")
-    )
-    for recipe in args.recipes:
-        for round_ in range(args.rounds):
-            with tempfile.TemporaryDirectory() as cache:
-                first = startup(recipe, args.data_dir, cache)
-                cached = startup(recipe, args.data_dir, cache)
-            row = {"recipe": recipe, "round": round_ + 1, "first": first, "cached": cached}
-            row["first_run_more_secs"] = round(first["seconds"] - cached["seconds"], 2)
-            result["startup"].append(row)
-            print(
-                "%-10s %-6d %10.1f %10.1f %6.1f  %-18s %s"
-                % (
-                    recipe,
-                    round_ + 1,
-                    first["seconds"],
-                    cached["seconds"],
-                    row["first_run_more_secs"],
-                    "%s (%s)" % (first["member"], first["precision"]),
-                    ", ".join(first["timed"]),
-                )
-            )
+    result = {"startup": startup_table(args.recipes, args.data_dir, args.rounds), "members": []}
     if args.spells:
-        # A configuration's seconds, or a whole job's wall seconds, steps and accuracy.
-        outcome = ("wall s", "steps", "accuracy") if args.whole_jobs else ("first s",)
-        print(
-            ("\n%-10s %-10s %-8s" + " %8s" * len(outcome) + "  %-18s %-16s %s")
-            % ("recipe", "spell", "again", *outcome, "chosen", "precision probe", "doubt")
-        )
-        for recipe in args.recipes:
-            for row in spells(recipe, args.data_dir, args.spells, args.spell_on, args.whole_jobs):
-                result.setdefault("spells", []).append(row)
-                figures = (
-                    ("%8.1f" % row["wall_seconds"], "%8d" % row["global_step"], "%8.4f" % row["accuracy"])
-                    if args.whole_jobs
-                    else ("%8.1f" % row["seconds"],)
-                )
-                print(
-                    "%-10s %-10s %-8s %s  %-18s %-16s %s"
-                    % (
-                        recipe,
-                        row["spell"],
-                        "yes" if row["timed_again_allowed"] else "no",
-                        " ".join(figures),
-                        "%s (%s)" % (row["member"], row["precision"]),
-                        json.dumps(row["precision_probe"]),
-                        row["timed_again"] or "-",
-                    )
-                )
+        result["spells"] = spells_table(args)
     if not args.skip_members:
         precisions = ["fp32", "bf16"] if native_bf16(cpu_info()) else ["fp32"]
-        result["members"] = member_speeds(args.data_dir, args.rounds, precisions)
-        print(
-            "\n%-9s %-18s %10s %10s %10s %8s %12s"
-            % ("precision", "member", "train 512", "eval 500", "efficiency", "probe b", "train probe")
-        )
-        for r in result["members"]:
-            print(
-                "%-9s %-18s %10.0f %10.0f %10.3f %8d %12.0f"
-                % (
-                    r["precision"],
-                    r["member"],
-                    r["train_512"],
-                    r["eval_500"],
-                    r["efficiency"],
-                    r["probe_batch"],
-                    r["train_at_probe_batch"],
-                )
-            )
+        result["members"] = members_table(member_speeds(args.data_dir, args.rounds, precisions))
     write_result(args.out, result)
     print("\nwrote", args.out)
     return 0

@@ -396,17 +396,12 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
         if hp.train_steps
         else "a time budget of %s" % (durations.format_clock(hp.time_budget))
     )
-    probe = ""
-    if hp.precision_probe:
-        probe = " (auto: %s img/s)" % ", ".join("%s %.0f" % kv for kv in sorted(hp.precision_probe.items()))
-    elif hp.precision_probe is not None:
-        probe = " (auto: %s)" % speed_probes.untimed_reason(hp)
     logs.info(
         "%s, %s%s, %s of %d images, %s schedule (peak learning rate %.4g), %d tower(s) on "
         "%s, %d images per tower per step; all hyperparameters in %s",
         registry.describe(hp),
         hp.precision,
-        probe,
+        _precision_note(hp),
         length,
         derived["global_batch_size"],
         derived["learning_rate_schedule"],
@@ -416,7 +411,20 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
         derived["per_tower_batch_size"],
         storage.join(hp.job_dir, config.HPARAMS_FILE),
     )
-    choice = hp.network_choice
+    _log_network_choice(hp.network_choice)
+
+
+def _precision_note(hp: hparams_lib.HParams) -> str:
+    """What ``--precision auto`` went by, for the start's line: its timings, or why nothing was timed."""
+    if hp.precision_probe:
+        return " (auto: %s img/s)" % ", ".join("%s %.0f" % kv for kv in sorted(hp.precision_probe.items()))
+    if hp.precision_probe is not None:
+        return " (auto: %s)" % speed_probes.untimed_reason(hp)
+    return ""
+
+
+def _log_network_choice(choice) -> None:
+    """``--network auto``'s choice (hparams.json's ``network_choice``), one line a decision; nothing without it."""
     if choice:
         logs.info(
             "--network auto: %s%s; %s: %s",
