@@ -190,14 +190,15 @@ def _speed_key(cpu: dict, hp) -> str:
 
 
 def time_again(hp, first: dict, cpu=None, timer=None, cache_file=None) -> dict:
-    """``first`` (``network_speed``'s figures of ``hp``, timed once) after ``hp``'s training is timed once
-    more, alone: the faster of the two timings, cached in place of the first. For a timing in doubt
-    (``config``: a member timed beyond the spread of its estimate from the reference; ``choose``: bf16's
-    lead under ``DOUBTED_BF16_LEAD``): a VM can run at half its speed for tens of seconds, and one such
-    spell during the reference's 1 s made a container's first run take it at 0.73 of its speed and choose
-    a member that trained 400 steps where 700-870 were usual. A spell seldom covers both timings. The
-    evaluation's figure, where ``first`` has one, moves with training's: their ratio, timed side by side,
-    plans the end's reserve."""
+    """``first`` (``network_speed``'s figures of ``hp``, timed once) after ``hp``'s training is timed once more,
+    alone: the faster of the two timings, cached in place of the first. For a timing in doubt (``config``: a member
+    timed beyond the spread of its estimate from the reference; ``choose``: bf16's lead under
+    ``DOUBTED_BF16_LEAD``): a VM can run at half its speed for tens of seconds, and one such spell during the
+    reference's 1 s made a container's first run take it at 0.73 of its speed and choose a member that trained 400
+    steps where 700-870 were usual. The second timing catches a spell (or another process's burst) that ends before
+    it; one that lasts through both is not caught (the choice is then made from slow figures, and the job re-plans
+    only its steps from its own speed). The evaluation's figure, where ``first`` has one, moves with training's:
+    their ratio, timed side by side, plans the end's reserve."""
     cpu = cpu or cpu_info()
     timer = timer or time_network
     again = timer(hp, hp.precision, max_secs=ALONE_PROBE_SECS, evaluate=False)["train"]
