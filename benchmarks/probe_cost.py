@@ -75,7 +75,7 @@ def choices(hp) -> dict:
     }
 
 
-def in_spell(spell=None, hogs=1, undoubted=False) -> None:
+def patch_probes(spell=None, hogs=1, undoubted=False) -> None:
     """This process's probes under ``make_spell(spell, hogs)``; ``undoubted``: a doubted timing is not
     timed again (as before it was)."""
     from estimator.training import speed_probes
@@ -302,7 +302,7 @@ if __name__ == "__main__":
         spell_parser.add_argument("--spell", choices=SPELLS)
         spell_parser.add_argument("--hogs", type=int, default=1)
         spell_parser.add_argument("--undoubted", action="store_true")
-        in_spell(**vars(spell_parser.parse_args(sys.argv[2:split])))
+        patch_probes(**vars(spell_parser.parse_args(sys.argv[2:split])))
         if sys.argv[1] == "--job":
             from estimator import cifar10_main
 

@@ -49,8 +49,6 @@ def assert_finished(cluster, job, steps):
     # The evaluated step is the last checkpoint's. Not always the one its name says: the chief names a
     # checkpoint by the step it saw, and a worker's step can land on the parameter server before the
     # variables are read (a checkpoint named 400 held step 401, on a slower CPU).
-    import tensorflow as tf
-
     assert tf.train.load_variable(tf.train.latest_checkpoint(job), "global_step") == final
     chief = cluster.task("master" if ("master", 0) in cluster.tasks else "chief")
     assert re.search(
