@@ -63,6 +63,17 @@ def convolution_shapes(hp, image_size: int):
         return shapes
 
 
+def best_of_rounds(x_shape, kernel_shape, dtype, args) -> dict:
+    """ms of one filter gradient each way (``{NATIVE: ms, MATMULS: ms}``), the best of ``--rounds`` rounds of
+    ``--runs``."""
+    from estimator.ops import filter_gradient
+
+    timings = [
+        filter_gradient.time_filter_gradients(x_shape, kernel_shape, dtype, args.runs, 1) for _ in range(args.rounds)
+    ]
+    return {way: min(t[way] for t in timings) for way in (filter_gradient.NATIVE, filter_gradient.MATMULS)}
+
+
 def sweep(hp, args, dtypes) -> dict:
     """Each candidate kernel of ``hp``'s network (at ``--image-sizes``' first) timed on every square map of at
     most ``MAX_POSITIONS`` positions, both ways, best of ``--rounds``: ``{"sweep": [...]}``."""
@@ -81,11 +92,7 @@ def sweep(hp, args, dtypes) -> dict:
         for channels, kernel_shape in kernels:
             for side in sides:
                 x_shape = (args.batch_size, side, side, channels)
-                timings = [
-                    filter_gradient.time_filter_gradients(x_shape, kernel_shape, dtypes[name], args.runs, 1)
-                    for _ in range(args.rounds)
-                ]
-                best = {way: min(t[way] for t in timings) for way in (filter_gradient.NATIVE, filter_gradient.MATMULS)}
+                best = best_of_rounds(x_shape, kernel_shape, dtypes[name], args)
                 ratio = best[filter_gradient.MATMULS] / best[filter_gradient.NATIVE]
                 print(
                     "%-6s %-16s %4d %9.2f %9.2f %6.2f"
@@ -108,13 +115,9 @@ def sweep(hp, args, dtypes) -> dict:
     }
 
 
-def main(argv=None):
-    import tensorflow as tf
-
+def parse_args(argv=None) -> argparse.Namespace:
     from estimator.networks import airbench
-    from estimator.ops import filter_gradient
     from estimator.training import speed_probes
-    from estimator.training.hparams import HParams
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--network", choices=("airbench", "resnet"), default="airbench")
@@ -130,7 +133,84 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=2, help="Each figure is the best of this many rounds.")
     parser.add_argument("--sweep", action="store_true", help="Every square map of each candidate kernel instead.")
     parser.add_argument("--out", default="benchmarks/results/filter_gradient_speed.json")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def shapes_table(hp, args, dtypes) -> list:
+    """Each stride-1 convolution's filter gradient timed both ways at each image size and precision, printed
+    with whether the trainer considers it: the JSON's ``shapes``."""
+    from estimator.ops import filter_gradient
+
+    shapes = []
+    print("\nms per filter gradient, best of %d rounds of %d" % (args.rounds, args.runs))
+    print("%-6s %-20s %-16s %9s %9s %8s %s" % ("", "input", "kernel", "native", "matmuls", "speedup", "candidate"))
+    for size in args.image_sizes:
+        for x_shape, kernel_shape in convolution_shapes(hp, size):
+            for name in args.precisions:
+                best = best_of_rounds(x_shape, kernel_shape, dtypes[name], args)
+                candidate = filter_gradient.is_candidate(x_shape, kernel_shape, dtypes[name], 1, "SAME", "NHWC")
+                speedup = best[filter_gradient.NATIVE] / best[filter_gradient.MATMULS]
+                print(
+                    "%-6s %-20s %-16s %9.2f %9.2f %8.2f %s"
+                    % (
+                        name,
+                        "x".join(map(str, x_shape)),
+                        "x".join(map(str, kernel_shape)),
+                        best[filter_gradient.NATIVE],
+                        best[filter_gradient.MATMULS],
+                        speedup,
+                        "yes" if candidate else "no",
+                    )
+                )
+                shapes.append(
+                    {
+                        "image_size": size,
+                        "input": list(x_shape),
+                        "kernel": list(kernel_shape),
+                        "precision": name,
+                        "ms": best,
+                        "speedup": round(speedup, 3),
+                        "candidate": candidate,
+                    }
+                )
+    return shapes
+
+
+def steps_table(hp, args) -> dict:
+    """Whole training steps with the matrix products where measured faster and without them, rounds
+    interleaved, printed: the JSON's ``steps``."""
+    from estimator.training import speed_probes
+
+    steps = {}
+    rates = {}
+    for _ in range(args.rounds):  # interleaved, so drift on a shared machine hits both alike
+        for size in args.image_sizes:
+            for name in args.precisions:
+                for way in ("measured", "native only"):
+                    with native_only(way == "native only"):
+                        rate = speed_probes.time_training_steps(hp, name, args.steps, args.warmup, size)
+                    rates.setdefault("%s|%d|%s" % (name, size, way), []).append(round(rate, 1))
+    print("\ntraining images/s, one tower, batch %d, best of %d rounds" % (args.batch_size, args.rounds))
+    print("%-6s %6s %12s %12s %8s" % ("", "pixels", "native only", "measured", "speedup"))
+    for size in args.image_sizes:
+        for name in args.precisions:
+            measured, native = (max(rates["%s|%d|%s" % (name, size, way)]) for way in ("measured", "native only"))
+            print("%-6s %6d %12.1f %12.1f %8.2f" % (name, size, native, measured, measured / native))
+            steps["%s_%d" % (name, size)] = {
+                "native_only": native,
+                "measured": measured,
+                "speedup": round(measured / native, 3),
+                "rounds": {way: rates["%s|%d|%s" % (name, size, way)] for way in ("measured", "native only")},
+            }
+    return steps
+
+
+def main(argv=None):
+    import tensorflow as tf
+
+    from estimator.training.hparams import HParams
+
+    args = parse_args(argv)
     print_machine()
     hp = HParams(
         data_dir="",
@@ -147,68 +227,9 @@ def main(argv=None):
     if args.sweep:
         write_result(args.out, sweep(hp, args, dtypes))
         return 0
-    result = {
-        "network": args.network,
-        "width_multiplier": args.width_multiplier,
-        "batch_size": args.batch_size,
-        "shapes": [],
-        "steps": {},
-    }
-    print("\nms per filter gradient, best of %d rounds of %d" % (args.rounds, args.runs))
-    print("%-6s %-20s %-16s %9s %9s %8s %s" % ("", "input", "kernel", "native", "matmuls", "speedup", "candidate"))
-    for size in args.image_sizes:
-        for x_shape, kernel_shape in convolution_shapes(hp, size):
-            for name in args.precisions:
-                timings = [
-                    filter_gradient.time_filter_gradients(x_shape, kernel_shape, dtypes[name], args.runs, 1)
-                    for _ in range(args.rounds)
-                ]
-                best = {way: min(t[way] for t in timings) for way in (filter_gradient.NATIVE, filter_gradient.MATMULS)}
-                candidate = filter_gradient.is_candidate(x_shape, kernel_shape, dtypes[name], 1, "SAME", "NHWC")
-                speedup = best[filter_gradient.NATIVE] / best[filter_gradient.MATMULS]
-                print(
-                    "%-6s %-20s %-16s %9.2f %9.2f %8.2f %s"
-                    % (
-                        name,
-                        "x".join(map(str, x_shape)),
-                        "x".join(map(str, kernel_shape)),
-                        best[filter_gradient.NATIVE],
-                        best[filter_gradient.MATMULS],
-                        speedup,
-                        "yes" if candidate else "no",
-                    )
-                )
-                result["shapes"].append(
-                    {
-                        "image_size": size,
-                        "input": list(x_shape),
-                        "kernel": list(kernel_shape),
-                        "precision": name,
-                        "ms": best,
-                        "speedup": round(speedup, 3),
-                        "candidate": candidate,
-                    }
-                )
-    rates = {}
-    for _ in range(args.rounds):  # interleaved, so drift on a shared machine hits both alike
-        for size in args.image_sizes:
-            for name in args.precisions:
-                for way in ("measured", "native only"):
-                    with native_only(way == "native only"):
-                        rate = speed_probes.time_training_steps(hp, name, args.steps, args.warmup, size)
-                    rates.setdefault("%s|%d|%s" % (name, size, way), []).append(round(rate, 1))
-    print("\ntraining images/s, one tower, batch %d, best of %d rounds" % (args.batch_size, args.rounds))
-    print("%-6s %6s %12s %12s %8s" % ("", "pixels", "native only", "measured", "speedup"))
-    for size in args.image_sizes:
-        for name in args.precisions:
-            measured, native = (max(rates["%s|%d|%s" % (name, size, way)]) for way in ("measured", "native only"))
-            print("%-6s %6d %12.1f %12.1f %8.2f" % (name, size, native, measured, measured / native))
-            result["steps"]["%s_%d" % (name, size)] = {
-                "native_only": native,
-                "measured": measured,
-                "speedup": round(measured / native, 3),
-                "rounds": {way: rates["%s|%d|%s" % (name, size, way)] for way in ("measured", "native only")},
-            }
+    result = {"network": args.network, "width_multiplier": args.width_multiplier, "batch_size": args.batch_size}
+    result["shapes"] = shapes_table(hp, args, dtypes)
+    result["steps"] = steps_table(hp, args)
     write_result(args.out, result)
     return 0
 

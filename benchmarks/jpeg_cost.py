@@ -78,36 +78,39 @@ def patch_spectrum(data: np.ndarray) -> list:
     return [float(v) for v in eigenvalues / eigenvalues.mean()]
 
 
-def recipe_without_budget(recipe: str, path: str) -> str:
-    """The recipe's flags without ``--time-budget`` (a fixed number of epochs is given instead)."""
+def recipe_without_budget(recipe: str, path: str, network: str = "airbench") -> str:
+    """The recipe's flags without ``--time-budget`` (a fixed number of epochs is given instead), and with
+    ``network`` for its ``--network auto``, which chooses for a budget and refuses to run without one."""
+    lines = []
     with open(recipe) as f:
-        lines = [line for line in f if not line.strip().startswith("--time-budget")]
+        for line in f:
+            flag = line.strip().replace("=", " ").split()
+            if flag[:1] == ["--time-budget"]:
+                continue
+            lines.append("--network %s\n" % network if flag == ["--network", "auto"] else line)
     with open(path, "w") as f:
         f.writelines(lines)
     return path
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--real", default=os.path.join(SHARED, "cifar-10-mini-python.tar.gz"))
     parser.add_argument("--jpeg", default=os.path.join(SHARED, "cifar-10-jpeg-python.tar.gz"))
     parser.add_argument("--recipe", default="recipes/cpu_5min.args", help="A flag file under recipes/.")
+    parser.add_argument(
+        "--network", default="airbench", help="What the recipe's --network auto stands for (airbench94, width 1)."
+    )
     parser.add_argument("--epochs", type=float, default=40)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--work-dir", required=True, help="Records, archives and jobs go here.")
     parser.add_argument("--out", default="benchmarks/results/jpeg_cost.json")
-    args = parser.parse_args(argv)
-    stop_trainers_on_sigterm()
-    print_machine()
-    os.makedirs(args.work_dir, exist_ok=True)
-    real = convert.read_archive(args.real)
-    jpeg = same_images_from(convert.read_archive(args.jpeg), real)
-    archive = os.path.join(args.work_dir, "same-images-jpeg.tar.gz")
-    data_dirs = {"original": os.path.join(args.work_dir, "original"), "jpeg": os.path.join(args.work_dir, "jpeg")}
-    convert.convert(data_dirs["original"], source=args.real, progress=False, log=lambda _: None)
-    convert.convert(
-        data_dirs["jpeg"], source=archive, sha256=write_archive(archive, jpeg), progress=False, log=lambda _: None
-    )
+    return parser.parse_args(argv)
+
+
+def pixel_stats(real: dict, jpeg: dict) -> dict:
+    """How far the JPEG pixels are from the originals (median PSNR) and the 2x2 patches' spectra of both,
+    printed: the JSON's ``pixels``."""
     original_pixels = np.concatenate([real[name][0] for name in sorted(real)])
     jpeg_pixels = np.concatenate([jpeg[name][0] for name in sorted(real)])
     pixels = {
@@ -121,36 +124,59 @@ def main(argv=None):
     print("%d images, median PSNR of the JPEG pixels %.2f dB" % (pixels["images"], pixels["median_psnr_db"]))
     for name, values in pixels["patch_eigenvalues_over_mean"].items():
         print("  2x2 patch eigenvalues / mean, %-8s %s" % (name, " ".join("%.1e" % v for v in values)))
+    return pixels
 
+
+def train_and_score(flags_file, data_dirs: dict, pixels_name: str, seed: int, args) -> dict:
+    """One fresh job of the recipe on ``pixels_name``'s records, its final export scored on both test sets."""
     from estimator.serving.predictor import score_records
 
-    flags_file = recipe_without_budget(os.path.abspath(args.recipe), os.path.join(args.work_dir, "recipe.args"))
+    job = os.path.join(args.work_dir, "job_%s_seed%d" % (pixels_name, seed))
+    shutil.rmtree(job, ignore_errors=True)  # a fresh job: an old checkpoint would be resumed
+    row = run_recipe(flags_file, data_dirs[pixels_name], job, ["--train-epochs", str(args.epochs), "--seed", str(seed)])
+    row.update(trained_on=pixels_name, seed=seed)
+    for test_name, test_dir in data_dirs.items():
+        labels, predicted = score_records(
+            os.path.join(job, "export", "final"), os.path.join(test_dir, fmt.record_filename(fmt.TEST))
+        )
+        row["test_on_" + test_name] = float(np.mean(labels == predicted))
+    print(
+        "trained on %-8s seed %d  steps %4d  test on original %.4f  on jpeg %.4f  (own: flip %.4f, tta %.4f)"
+        % (
+            pixels_name,
+            seed,
+            row["global_step"],
+            row["test_on_original"],
+            row["test_on_jpeg"],
+            row.get("accuracy_flip_tta", float("nan")),
+            row.get("accuracy_tta", float("nan")),
+        ),
+        flush=True,
+    )
+    return row
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    stop_trainers_on_sigterm()
+    print_machine()
+    os.makedirs(args.work_dir, exist_ok=True)
+    real = convert.read_archive(args.real)
+    jpeg = same_images_from(convert.read_archive(args.jpeg), real)
+    archive = os.path.join(args.work_dir, "same-images-jpeg.tar.gz")
+    data_dirs = {"original": os.path.join(args.work_dir, "original"), "jpeg": os.path.join(args.work_dir, "jpeg")}
+    convert.convert(data_dirs["original"], source=args.real, progress=False, log=lambda _: None)
+    convert.convert(
+        data_dirs["jpeg"], source=archive, sha256=write_archive(archive, jpeg), progress=False, log=lambda _: None
+    )
+    pixels = pixel_stats(real, jpeg)
+    flags_file = recipe_without_budget(
+        os.path.abspath(args.recipe), os.path.join(args.work_dir, "recipe.args"), args.network
+    )
     rows = []
     for seed in args.seeds:
-        for pixels_name, data_dir in data_dirs.items():
-            job = os.path.join(args.work_dir, "job_%s_seed%d" % (pixels_name, seed))
-            shutil.rmtree(job, ignore_errors=True)  # a fresh job: an old checkpoint would be resumed
-            row = run_recipe(flags_file, data_dir, job, ["--train-epochs", str(args.epochs), "--seed", str(seed)])
-            row.update(trained_on=pixels_name, seed=seed)
-            for test_name, test_dir in data_dirs.items():
-                labels, predicted = score_records(
-                    os.path.join(job, "export", "final"), os.path.join(test_dir, fmt.record_filename(fmt.TEST))
-                )
-                row["test_on_" + test_name] = float(np.mean(labels == predicted))
-            rows.append(row)
-            print(
-                "trained on %-8s seed %d  steps %4d  test on original %.4f  on jpeg %.4f  (own: flip %.4f, tta %.4f)"
-                % (
-                    pixels_name,
-                    seed,
-                    row["global_step"],
-                    row["test_on_original"],
-                    row["test_on_jpeg"],
-                    row.get("accuracy_flip_tta", float("nan")),
-                    row.get("accuracy_tta", float("nan")),
-                ),
-                flush=True,
-            )
+        for pixels_name in data_dirs:
+            rows.append(train_and_score(flags_file, data_dirs, pixels_name, seed, args))
             write_result(args.out, {"recipe": args.recipe, "epochs": args.epochs, "pixels": pixels, "runs": rows})
     for name in data_dirs:
         own = [r["test_on_" + name] for r in rows if r["trained_on"] == name]

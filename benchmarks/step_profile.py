@@ -57,6 +57,26 @@ def op_type_of(node) -> str:
     return node.node_name.split(":")[0].rsplit("/", 1)[-1]
 
 
+def traced_op_times(sess, train_op, steps: int):
+    """``steps`` runs of ``train_op`` with TensorFlow's step stats: microseconds summed by op type, by group
+    (``group_of``) and by node (type and name), as three Counters."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    by_type, by_group, by_node = collections.Counter(), collections.Counter(), collections.Counter()
+    options = v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE)
+    for _ in range(steps):
+        metadata = v1.RunMetadata()
+        sess.run(train_op, options=options, run_metadata=metadata)
+        for device in metadata.step_stats.dev_stats:
+            for node in device.node_stats:
+                op_type, micros = op_type_of(node), node.all_end_rel_micros
+                by_type[op_type] += micros
+                by_group[group_of(op_type, node.node_name)] += micros
+                by_node["%s %s" % (op_type, node.node_name)] += micros
+    return by_type, by_group, by_node
+
+
 def profile(
     num_layers: int, batch_size: int, precision: str, width: float, steps: int, warmup: int, image_size=32, **network
 ) -> dict:
@@ -100,19 +120,7 @@ def profile(
         with v1.Session(config=config) as sess:
             sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
             wall = machine.seconds_per_run(sess, spec.train_op, steps, warmup)
-            by_type = collections.Counter()
-            by_group = collections.Counter()
-            by_node = collections.Counter()
-            options = v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE)
-            for _ in range(steps):
-                metadata = v1.RunMetadata()
-                sess.run(spec.train_op, options=options, run_metadata=metadata)
-                for device in metadata.step_stats.dev_stats:
-                    for node in device.node_stats:
-                        op_type, micros = op_type_of(node), node.all_end_rel_micros
-                        by_type[op_type] += micros
-                        by_group[group_of(op_type, node.node_name)] += micros
-                        by_node["%s %s" % (op_type, node.node_name)] += micros
+            by_type, by_group, by_node = traced_op_times(sess, spec.train_op, steps)
     total = sum(by_type.values())
     return {
         "network": registry.describe(hp),
@@ -145,7 +153,9 @@ def size_speedups(result: dict, precisions, sizes) -> dict:
     }
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """The arguments and the network's further HParams fields (``profile``'s ``network``); a bad one is
+    argparse's one line."""
     from estimator.data import records as fmt
     from estimator.networks import airbench, registry
     from estimator.training import schedules
@@ -171,11 +181,6 @@ def main(argv=None):
     )
     parser.add_argument("--out", default="benchmarks/results/step_profile.json")
     args = parser.parse_args(argv)
-    import tensorflow as tf
-
-    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
-    print_machine()
-    result = {}
     network = {}
     if args.network == "airbench":
         if not args.data_dir:
@@ -187,6 +192,59 @@ def main(argv=None):
             "--image-sizes %s: each must be %d or from %d to %d"
             % (bad, fmt.HEIGHT, schedules.MIN_RESIZE, fmt.HEIGHT - 1)
         )
+    return args, network
+
+
+def print_groups(result: dict, batch_size: int) -> None:
+    """One column per run: each op group's ms per step (the first run's largest first), then all ops, the
+    step's wall time and images/s."""
+    names = list(result)
+    print(
+        "\n%s, batch %d: ms per step by op group (summed op time; ops overlap on threads)"
+        % (result[names[0]]["network"], batch_size)
+    )
+    groups = sorted(
+        {g for r in result.values() for g in r["groups_ms"]}, key=lambda g: -result[names[0]]["groups_ms"].get(g, 0)
+    )
+    print("%-16s" % "group" + "".join("%12s" % n for n in names))
+    for g in groups:
+        print("%-16s" % g + "".join("%12.1f" % result[n]["groups_ms"].get(g, 0.0) for n in names))
+    print("%-16s" % "all ops" + "".join("%12.1f" % result[n]["op_ms_per_step"] for n in names))
+    print("%-16s" % "step wall" + "".join("%12.1f" % result[n]["step_ms"] for n in names))
+    print("%-16s" % "images/s" + "".join("%12.1f" % result[n]["images_per_sec"] for n in names))
+
+
+def print_top_ops(result: dict) -> None:
+    for n in result:
+        print(
+            "\n%s, top op types (ms per step): %s"
+            % (n, ", ".join("%s %.1f" % kv for kv in result[n]["top_ops_ms"].items()))
+        )
+        print("%s, slowest ops (ms per step):" % n)
+        for node, ms in result[n]["top_nodes_ms"].items():
+            print("  %8.1f  %s" % (ms, node))
+
+
+def print_size_speedups(speedups: dict, sizes) -> None:
+    from estimator.data import records as fmt
+
+    print("\nimages/s by image side, as a multiple of 32 pixels' (the pixels' share predicts (32/side)^2)")
+    print("%-8s" % "side" + "".join("%12s" % p for p in speedups) + "%12s" % "(32/side)^2")
+    for size in sizes:
+        print(
+            "%-8d" % size
+            + "".join("%12.2f" % speedups[p][size] for p in speedups)
+            + "%12.2f" % ((fmt.HEIGHT / size) ** 2)
+        )
+
+
+def main(argv=None):
+    args, network = parse_args(argv)
+    import tensorflow as tf
+
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+    print_machine()
+    result = {}
     for precision in args.precisions:
         for size in args.image_sizes:
             result[run_name(precision, size)] = profile(
@@ -199,38 +257,11 @@ def main(argv=None):
                 image_size=size,
                 **network,
             )
-    names = list(result)
-    print(
-        "\n%s, batch %d: ms per step by op group (summed op time; ops overlap on threads)"
-        % (result[names[0]]["network"], args.batch_size)
-    )
-    groups = sorted(
-        {g for r in result.values() for g in r["groups_ms"]}, key=lambda g: -result[names[0]]["groups_ms"].get(g, 0)
-    )
-    print("%-16s" % "group" + "".join("%12s" % n for n in names))
-    for g in groups:
-        print("%-16s" % g + "".join("%12.1f" % result[n]["groups_ms"].get(g, 0.0) for n in names))
-    print("%-16s" % "all ops" + "".join("%12.1f" % result[n]["op_ms_per_step"] for n in names))
-    print("%-16s" % "step wall" + "".join("%12.1f" % result[n]["step_ms"] for n in names))
-    print("%-16s" % "images/s" + "".join("%12.1f" % result[n]["images_per_sec"] for n in names))
-    for n in names:
-        print(
-            "\n%s, top op types (ms per step): %s"
-            % (n, ", ".join("%s %.1f" % kv for kv in result[n]["top_ops_ms"].items()))
-        )
-        print("%s, slowest ops (ms per step):" % n)
-        for node, ms in result[n]["top_nodes_ms"].items():
-            print("  %8.1f  %s" % (ms, node))
+    print_groups(result, args.batch_size)
+    print_top_ops(result)
     speedups = size_speedups(result, args.precisions, args.image_sizes)
     if speedups:
-        print("\nimages/s by image side, as a multiple of 32 pixels' (the pixels' share predicts (32/side)^2)")
-        print("%-8s" % "side" + "".join("%12s" % p for p in speedups) + "%12s" % "(32/side)^2")
-        for size in args.image_sizes:
-            print(
-                "%-8d" % size
-                + "".join("%12.2f" % speedups[p][size] for p in speedups)
-                + "%12.2f" % ((fmt.HEIGHT / size) ** 2)
-            )
+        print_size_speedups(speedups, args.image_sizes)
     write_result(args.out, dict(result, settings=vars(args), image_size_speedups=speedups))
     return 0
 

@@ -98,7 +98,7 @@ RATIOS = [
 ]
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--network", choices=("resnet", "airbench"), default="resnet")
@@ -135,7 +135,105 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-torch", action="store_true", help="Leave PyTorch out even if installed.")
     parser.add_argument("--out", default="benchmarks/results/training_speed.json")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def networks_timed(args) -> dict:
+    """Each network timed, by label (ResNet-20, ..., or airbench94 / airbench96 by its group depth, with its
+    width): (num_layers, group_depth), as forward_flops takes them."""
+    if args.network == "airbench":
+        width = "" if args.width_multiplier == 1 else " x%g" % args.width_multiplier
+        return {"airbench%d%s" % (90 + 2 * args.group_depth, width): (0, args.group_depth)}
+    return {"ResNet-%d" % d: (d, 0) for d in args.depths}
+
+
+def run_args(args, depth, batch_size, steps) -> argparse.Namespace:
+    """What keras_vs_estimator's timers take: this network at ``batch_size`` for ``steps``."""
+    return argparse.Namespace(
+        data_dir=args.data_dir,
+        network=args.network,
+        group_depth=args.group_depth,
+        num_layers=depth,
+        width_multiplier=args.width_multiplier,
+        batch_size=batch_size,
+        steps=steps,
+        warmup=args.warmup,
+        batch_norm_decay=args.batch_norm_decay,
+    )
+
+
+def time_rounds(args, table, label, depth):
+    """Every trainer of ``table`` in turn, ``args.rounds`` times, so all see the same machine load; ours fp32
+    at the further batch sizes in each round. Returns ({trainer: [images/s]}, {batch size: [images/s]})."""
+    batch = args.batch_sizes[0]
+    rounds = {name: [] for name in table}
+    extra = {b: [] for b in args.batch_sizes[1:]}
+    for r in range(args.rounds):
+        for name, (precision, fn) in table.items():
+            steps = args.steps if precision == "fp32" else (args.bf16_steps or args.steps)
+            rate = fn(run_args(args, depth, batch, steps))
+            rounds[name].append(rate)
+            print("  round %d %s %-22s %8.1f images/s" % (r + 1, label, name, rate), flush=True)
+        for b in extra:
+            extra[b].append(kv.estimator_rate(run_args(args, depth, b, max(4, args.steps * batch // b)), "fp32"))
+    return rounds, extra
+
+
+def network_row(label, batch, flops, peak, table, rounds, extra) -> dict:
+    """Prints one network's table (best round, its share of the matrix rate, the ratios against their
+    targets, ours at the further batches) and returns its entry of the JSON."""
+    best = {name: max(v) for name, v in rounds.items()}
+    print(
+        "\n%s, batch %d, %.1f MFLOP per training image, best of %d rounds"
+        % (label, batch, flops / 1e6, len(next(iter(rounds.values()))))
+    )
+    print("%-24s %10s %12s  %s" % ("trainer", "images/s", "of matmul", "rounds"))
+    rows = {}
+    for name, rate in best.items():
+        fraction = rate * flops / 1e9 / peak[table[name][0]]
+        rows[name] = {
+            "images_per_sec": round(rate, 1),
+            "rounds": [round(x, 1) for x in rounds[name]],
+            "fraction_of_matmul_flops": round(fraction, 3),
+        }
+        print("%-24s %10.1f %11.1f%%  %s" % (name, rate, 100 * fraction, " ".join("%.1f" % x for x in rounds[name])))
+    ratios = {}
+    for a, b, target in RATIOS:
+        if a in best and b in best:
+            ratios["%s / %s" % (a, b)] = {"ratio": round(best[a] / best[b], 3), "target": target}
+            print(
+                "%-44s %6.2f  %s"
+                % ("%s / %s" % (a, b), best[a] / best[b], "(target >= %.2f)" % target if target else "")
+            )
+    for b, rates in extra.items():
+        print("ours fp32 at batch %d: %.1f images/s (rounds %s)" % (b, max(rates), " ".join("%.1f" % x for x in rates)))
+    return {
+        "forward_flops": flops // 3,
+        "batch_size": batch,
+        "trainers": rows,
+        "ratios": ratios,
+        "ours_fp32_other_batches": {str(b): round(max(r), 1) for b, r in extra.items()},
+    }
+
+
+def pipeline_row(data_dir, batch, section) -> dict:
+    """The training input pipeline alone, against what our fastest trainer consumed."""
+    pipeline = images_per_second(Cifar10DataSet(data_dir, "train", seed=0).dataset(batch), batch, 150)
+    fastest = max(
+        row["images_per_sec"]
+        for d in section.values()
+        for name, row in d["trainers"].items()
+        if name.startswith("ours")
+    )
+    print(
+        "\ninput pipeline (shuffle, crop, flip, batch %d): %.0f images/s, %.1fx what our fastest trainer consumed"
+        % (batch, pipeline, pipeline / fastest)
+    )
+    return {"images_per_sec": round(pipeline, 1), "over_fastest_trainer": round(pipeline / fastest, 1)}
+
+
+def main(argv=None):
+    args = parse_args(argv)
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
     print_machine()
     dtypes = {"fp32": tf.float32, "bf16": tf.bfloat16}
@@ -149,96 +247,14 @@ def main(argv=None):
         print("PyTorch not installed (pip install -e .[bench]): its rows are left out.")
     table = {name: row for name, row in trainers(with_torch).items() if row[0] in args.precisions}
     batch = args.batch_sizes[0]
-    # Each network timed, by label: ResNet-20, ..., or airbench94 / airbench96 (its group depth). In the
-    # JSON: "depths" by depth (ResNets), "networks" by label (airbench).
-    # Values: (num_layers, group_depth), as forward_flops takes them.
-    if airbench:
-        width = "" if args.width_multiplier == 1 else " x%g" % args.width_multiplier
-        networks = {"airbench%d%s" % (90 + 2 * args.group_depth, width): (0, args.group_depth)}
-    else:
-        networks = {"ResNet-%d" % d: (d, 0) for d in args.depths}
+    # In the JSON: "depths" by depth (ResNets), "networks" by label (airbench).
     section = {}
-    result = {"matmul_gflops": {k: round(v, 1) for k, v in peak.items()}, "networks" if airbench else "depths": section}
-
-    def run_args(depth, batch_size, steps):
-        """What keras_vs_estimator's timers take: this network at ``batch_size`` for ``steps``."""
-        return argparse.Namespace(
-            data_dir=args.data_dir,
-            network=args.network,
-            group_depth=args.group_depth,
-            num_layers=depth,
-            width_multiplier=args.width_multiplier,
-            batch_size=batch_size,
-            steps=steps,
-            warmup=args.warmup,
-            batch_norm_decay=args.batch_norm_decay,
-        )
-
-    for label, (depth, group_depth) in networks.items():
+    for label, (depth, group_depth) in networks_timed(args).items():
         flops = 3 * forward_flops(depth, group_depth, args.width_multiplier)  # forward + backward (twice)
-        rounds = {name: [] for name in table}
-        extra = {b: [] for b in args.batch_sizes[1:]}
-        for r in range(args.rounds):
-            for name, (precision, fn) in table.items():
-                steps = args.steps if precision == "fp32" else (args.bf16_steps or args.steps)
-                rate = fn(run_args(depth, batch, steps))
-                rounds[name].append(rate)
-                print("  round %d %s %-22s %8.1f images/s" % (r + 1, label, name, rate), flush=True)
-            for b in extra:
-                extra[b].append(kv.estimator_rate(run_args(depth, b, max(4, args.steps * batch // b)), "fp32"))
-        best = {name: max(v) for name, v in rounds.items()}
-        print(
-            "\n%s, batch %d, %.1f MFLOP per training image, best of %d rounds"
-            % (label, batch, flops / 1e6, args.rounds)
-        )
-        print("%-24s %10s %12s  %s" % ("trainer", "images/s", "of matmul", "rounds"))
-        rows = {}
-        for name, rate in best.items():
-            precision = table[name][0]
-            fraction = rate * flops / 1e9 / peak[precision]
-            rows[name] = {
-                "images_per_sec": round(rate, 1),
-                "rounds": [round(x, 1) for x in rounds[name]],
-                "fraction_of_matmul_flops": round(fraction, 3),
-            }
-            print(
-                "%-24s %10.1f %11.1f%%  %s" % (name, rate, 100 * fraction, " ".join("%.1f" % x for x in rounds[name]))
-            )
-        ratios = {}
-        for a, b, target in RATIOS:
-            if a in best and b in best:
-                ratios["%s / %s" % (a, b)] = {"ratio": round(best[a] / best[b], 3), "target": target}
-                print(
-                    "%-44s %6.2f  %s"
-                    % ("%s / %s" % (a, b), best[a] / best[b], "(target >= %.2f)" % target if target else "")
-                )
-        for b, rates in extra.items():
-            print(
-                "ours fp32 at batch %d: %.1f images/s (rounds %s)"
-                % (b, max(rates), " ".join("%.1f" % x for x in rates))
-            )
-        section[label if airbench else str(depth)] = {
-            "forward_flops": flops // 3,
-            "batch_size": batch,
-            "trainers": rows,
-            "ratios": ratios,
-            "ours_fp32_other_batches": {str(b): round(max(r), 1) for b, r in extra.items()},
-        }
-    pipeline = images_per_second(Cifar10DataSet(args.data_dir, "train", seed=0).dataset(batch), batch, 150)
-    fastest = max(
-        row["images_per_sec"]
-        for d in section.values()
-        for name, row in d["trainers"].items()
-        if name.startswith("ours")
-    )
-    print(
-        "\ninput pipeline (shuffle, crop, flip, batch %d): %.0f images/s, %.1fx what our fastest trainer consumed"
-        % (batch, pipeline, pipeline / fastest)
-    )
-    result["input_pipeline"] = {
-        "images_per_sec": round(pipeline, 1),
-        "over_fastest_trainer": round(pipeline / fastest, 1),
-    }
+        rounds, extra = time_rounds(args, table, label, depth)
+        section[label if airbench else str(depth)] = network_row(label, batch, flops, peak, table, rounds, extra)
+    result = {"matmul_gflops": {k: round(v, 1) for k, v in peak.items()}, "networks" if airbench else "depths": section}
+    result["input_pipeline"] = pipeline_row(args.data_dir, batch, section)
     result["settings"] = vars(args)
     write_result(args.out, result)
     return 0

@@ -53,6 +53,10 @@ def test_patch_spectrum_of_flat_images_has_one_direction():
 
 def test_the_recipe_runs_without_its_budget(tmp_path):
     recipe = tmp_path / "r.args"
-    recipe.write_text("# a comment\n--network airbench\n--time-budget 5m\n  --time-budget=30m\n--seed 1\n")
+    recipe.write_text("# a comment\n--network airbench\n--time-budget 5m\n  --time-budget=30m\n--seed 1\n\n")
     out = jpeg_cost.recipe_without_budget(str(recipe), str(tmp_path / "out.args"))
-    assert open(out).read() == "# a comment\n--network airbench\n--seed 1\n"
+    assert open(out).read() == "# a comment\n--network airbench\n--seed 1\n\n"
+    # --network auto chooses for a budget: without one it stands for the network named.
+    recipe.write_text("--network auto\n--time-budget 5m\n--network-auto-note\n")
+    out = jpeg_cost.recipe_without_budget(str(recipe), str(tmp_path / "out.args"), "resnet")
+    assert open(out).read() == "--network resnet\n--network-auto-note\n"
