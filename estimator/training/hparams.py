@@ -584,6 +584,12 @@ def check_schedule(hp: HParams) -> None:
     if hp.schedule.by_progress:
         return
     if hp.lr_schedule != LrSchedule.PIECEWISE and warmup >= hp.train_steps:
+        if hp.warmup_epochs is None:  # the schedule's own warm-up: onecycle's first step at least
+            raise ValueError(
+                "The run is %d step(s) and the %s schedule warms up over its first %d: it would never decay. "
+                "Train for at least %d steps (--train-steps, --train-epochs)."
+                % (hp.train_steps, hp.lr_schedule, warmup, warmup + 1)
+            )
         raise ValueError(
             "--warmup-epochs %s is %d steps, as long as the whole run (%d steps): the %s schedule "
             "would never decay. Use fewer warm-up epochs or train longer."
