@@ -6,15 +6,14 @@ python generate_cifar10_tfrecords.py --data-dir=gs://BUCKET/cifar-10-data
 """
 
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out
 
-from estimator.common import logs  # noqa: E402
+from estimator.common import logs, processes  # noqa: E402
 
 logs.quiet_imports()
 
 from estimator.data.convert import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    processes.exit_with(main())

@@ -8,7 +8,7 @@ Resolves the flags and the environment into one ``HParams``
 import os
 import sys
 
-from estimator.common import logs
+from estimator.common import logs, processes
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep C++ info lines out of the log
 logs.quiet_imports()
@@ -143,4 +143,4 @@ def _stop_status(hp, error: RuntimeError, argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    processes.exit_with(main())

@@ -4,11 +4,10 @@
         --data-dir DIR --job-dir DIR --num-gpus 0 --train-steps 1000
 """
 
-import sys
-
 from estimator.cloud.local_cluster import ClusterError, LocalCluster, Task, build_parser, cluster_spec, free_ports, main
+from estimator.common import processes
 
 __all__ = ["ClusterError", "LocalCluster", "Task", "build_parser", "cluster_spec", "free_ports", "main"]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    processes.exit_with(main())

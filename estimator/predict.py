@@ -30,7 +30,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from estimator.common import logs  # noqa: E402
+from estimator.common import logs, processes  # noqa: E402
 
 logs.quiet_imports()
 
@@ -138,4 +138,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    processes.exit_with(main())

@@ -10,9 +10,8 @@ with 1 if any check failed.
 import argparse
 import json
 import os
-import sys
 
-from estimator.common import logs
+from estimator.common import logs, processes
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 logs.quiet_imports()
@@ -78,4 +77,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    processes.exit_with(main())

@@ -207,4 +207,4 @@ def _report_best(job_dir: str, result, study_spec, given_flags) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    processes.exit_with(main())

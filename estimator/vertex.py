@@ -348,4 +348,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    processes.exit_with(main())

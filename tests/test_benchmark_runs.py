@@ -1,4 +1,4 @@
-"""The benchmarks that start trainers (benchmarks.recipes.run_recipe) stop them when they are stopped."""
+"""The benchmarks that start trainers: they stop them when they are stopped, and time them as they say."""
 
 import os
 import signal
@@ -96,3 +96,12 @@ def test_the_cloud_storage_benchmark_counts_a_jobs_uploads_and_prints_a_line_for
         "gs://   cpu_5min.args          round 1  %s  end reserved  22.0 s, used  10.3 s  "
         "uploaded   2.7 MB, event files  2.2 MB in 2" % middle
     )
+
+
+def test_the_exit_benchmark_times_a_command_from_its_last_line_and_refuses_a_failed_one():
+    from benchmarks import exit_cost
+
+    row = exit_cost.timed_command([sys.executable, "-c", "print('done', flush=True); import time; time.sleep(0.3)"])
+    assert row["wall_secs"] >= row["exit_secs"] >= 0.3  # the sleep after the last line is the exit's
+    with pytest.raises(SystemExit, match="exited with 3: run it by hand to see why"):
+        exit_cost.timed_command([sys.executable, "-c", "raise SystemExit(3)"])

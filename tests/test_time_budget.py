@@ -942,6 +942,37 @@ def test_the_budget_counts_from_the_process_start_the_kernel_records(tmp_path):
     assert abs(processes.started_at() - (clock.monotonic() - seconds_since_start())) <= 0.05  # 10 ms ticks
 
 
+def test_a_command_exits_with_its_status_and_atexit_handlers_after_freezing_its_objects(tmp_path):
+    """processes.exit_with, every command's exit: sys.exit's status and atexit handlers, with the objects
+    frozen first (the interpreter's last collections over TensorFlow's objects cost about 1 s of a budget)."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    out = tmp_path / "atexit.txt"
+    script = (
+        "import atexit, gc\n"
+        "from estimator.common import processes\n"
+        "atexit.register(lambda: open(%r, 'w').write('frozen %%d' %% gc.get_freeze_count()))\n"
+        "objects = [[i] for i in range(1000)]\n"
+        "processes.exit_with(3)\n" % str(out)
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert int(out.read_text().split()[1]) >= 1000  # the list's objects among them
+    # Every command of the package ends through it.
+    mains = [
+        os.path.join(root, name)
+        for root, _, names in os.walk(os.path.join(REPO, "estimator"))
+        for name in names
+        if name.endswith(".py") and 'if __name__ == "__main__":' in open(os.path.join(root, name)).read()
+    ] + [os.path.join(REPO, "generate_cifar10_tfrecords.py")]
+    assert len(mains) == 8
+    for path in mains:
+        assert open(path).read().endswith('if __name__ == "__main__":\n    processes.exit_with(main())\n'), path
+
+
 def test_the_end_reserve_benchmark_reads_recorded_runs_and_what_a_cut_would_do(tmp_path, capsys):
     from benchmarks import end_reserve
 

@@ -71,9 +71,9 @@ MEASURED_EVAL_SPEEDUP_SHARE = 0.9
 # AVX2) past their budget; at 5.5 s the same commands ended 1.8 and 8.2 s before it. 5.5 s puts all 104
 # budgeted runs the benchmarks recorded before (Xeon with AMX, Zen 5, either held to AVX2; 90 s to an
 # hour) within +1 s of it, the latest 0.1 s past (``python -m benchmarks.end_reserve --cuts -1``). At 8 s
-# every run left 5 s or more unused. The exit is kept, not cut: of its 1.1 s alone (Zen 5, a 60 s run),
-# 1.0 s is the teardown after the atexit handlers; os._exit would save it but skip the closing of
-# whatever only the garbage collector closes.
+# every run left 5 s or more unused. Those runs' exits spent 0.9-1.0 s in the interpreter's last garbage
+# collections, which ``processes.exit_with`` skips since (0.1 s: ``benchmarks.exit_cost``, Zen 4, alone and
+# with a core taken): that second stays here as margin until budgeted runs with a core taken measure a cut.
 FINAL_FIXED_SECS = 5.5
 # ... and, beyond it, this many times what a checkpoint took to save in this run (``Planner.checkpoint_saved``:
 # the first, at step 0, and each since): the end writes the last checkpoint and the final export (the graph and
