@@ -13,7 +13,8 @@ from estimator.common import logs, processes  # noqa: E402
 
 logs.quiet_imports()
 
-from estimator.data.convert import main  # noqa: E402
+with processes.imports_uncollected():
+    from estimator.data.convert import main
 
 if __name__ == "__main__":
     processes.exit_with(main())

@@ -13,14 +13,15 @@ from estimator.common import logs, processes
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep C++ info lines out of the log
 logs.quiet_imports()
 
-import tensorflow as tf  # noqa: E402
+with processes.imports_uncollected():
+    import tensorflow as tf
 
-from estimator import health, resilience, train  # noqa: E402
-from estimator.common import cluster as cluster_lib  # noqa: E402
-from estimator.common import failures  # noqa: E402
-from estimator.health import nonfinite  # noqa: E402
-from estimator.reporting import summaries  # noqa: E402
-from estimator.training import config  # noqa: E402
+    from estimator import health, resilience, train
+    from estimator.common import cluster as cluster_lib
+    from estimator.common import failures
+    from estimator.health import nonfinite
+    from estimator.reporting import summaries
+    from estimator.training import config
 
 # Exit codes (docs/faults.md): 0 done; 1 an error; 2 bad flags, data or job dir;
 # 3 a NaN or infinite loss or gradient; 4 a health rule under --health-checks stop;

@@ -16,9 +16,10 @@ from estimator.common import logs, processes  # noqa: E402
 
 logs.quiet_imports()
 
-from estimator.networks import registry  # noqa: E402
-from estimator.serving import signatures  # noqa: E402
-from estimator.training import config  # noqa: E402
+with processes.imports_uncollected():
+    from estimator.networks import registry
+    from estimator.serving import signatures
+    from estimator.training import config
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,18 +34,19 @@ from estimator.common import logs, processes  # noqa: E402
 
 logs.quiet_imports()
 
-import numpy as np  # noqa: E402
+with processes.imports_uncollected():
+    import numpy as np
 
-from estimator.data import records as fmt  # noqa: E402
-from estimator.serving.predictor import (  # noqa: E402
-    InputError,
-    confusion_matrix,
-    predict_files,
-    save_confusion_png,
-    score_records,
-    top_k_line,
-    vertex_request,
-)
+    from estimator.data import records as fmt
+    from estimator.serving.predictor import (
+        InputError,
+        confusion_matrix,
+        predict_files,
+        save_confusion_png,
+        score_records,
+        top_k_line,
+        vertex_request,
+    )
 
 
 def print_predictions(rows, k: int, as_json: bool, out=sys.stdout) -> None:

@@ -16,9 +16,10 @@ from estimator.common import logs, processes
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 logs.quiet_imports()
 
-from estimator.common import storage  # noqa: E402
-from estimator.networks import registry  # noqa: E402
-from estimator.training import config, flags  # noqa: E402
+with processes.imports_uncollected():
+    from estimator.common import storage
+    from estimator.networks import registry
+    from estimator.training import config, flags
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -98,10 +98,13 @@ def test_the_cloud_storage_benchmark_counts_a_jobs_uploads_and_prints_a_line_for
     )
 
 
-def test_the_exit_benchmark_times_a_command_from_its_last_line_and_refuses_a_failed_one():
-    from benchmarks import exit_cost
+def test_the_gc_benchmark_times_a_commands_start_and_exit_and_refuses_a_failed_one():
+    from benchmarks import gc_cost
 
-    row = exit_cost.timed_command([sys.executable, "-c", "print('done', flush=True); import time; time.sleep(0.3)"])
-    assert row["wall_secs"] >= row["exit_secs"] >= 0.3  # the sleep after the last line is the exit's
+    script = "import time; time.sleep(0.2); print('INFO:tensorflow: first', flush=True); time.sleep(0.3)"
+    row = gc_cost.timed_command([sys.executable, "-c", script])
+    assert row["wall_secs"] >= row["start_secs"] + row["exit_secs"] and row["start_secs"] >= 0.2
+    assert row["exit_secs"] >= 0.3  # the sleep after the last line is the exit's
+    assert gc_cost.timed_command([sys.executable, "-c", "print('no log line')"])["start_secs"] is None
     with pytest.raises(SystemExit, match="exited with 3: run it by hand to see why"):
-        exit_cost.timed_command([sys.executable, "-c", "raise SystemExit(3)"])
+        gc_cost.timed_command([sys.executable, "-c", "raise SystemExit(3)"])

@@ -942,9 +942,10 @@ def test_the_budget_counts_from_the_process_start_the_kernel_records(tmp_path):
     assert abs(processes.started_at() - (clock.monotonic() - seconds_since_start())) <= 0.05  # 10 ms ticks
 
 
-def test_a_command_exits_with_its_status_and_atexit_handlers_after_freezing_its_objects(tmp_path):
-    """processes.exit_with, every command's exit: sys.exit's status and atexit handlers, with the objects
-    frozen first (the interpreter's last collections over TensorFlow's objects cost about 1 s of a budget)."""
+def test_a_command_imports_without_collections_and_exits_with_its_status_after_freezing_its_objects(tmp_path):
+    """processes.imports_uncollected, around every command's imports, and processes.exit_with, every command's
+    exit: the garbage collector's walks over TensorFlow's objects cost about 1 s of a budget at each end. The
+    collector is back on after the imports (a failed one too); the exit keeps sys.exit's status and atexit."""
     import subprocess
     import sys
 
@@ -954,13 +955,23 @@ def test_a_command_exits_with_its_status_and_atexit_handlers_after_freezing_its_
     script = (
         "import atexit, gc\n"
         "from estimator.common import processes\n"
+        "try:\n"
+        "    with processes.imports_uncollected():\n"
+        "        print('during', gc.isenabled())\n"
+        "        import no_such_module_here\n"
+        "except ImportError:\n"
+        "    print('after', gc.isenabled())\n"
+        "from estimator import cifar10_main\n"
+        "print('trainer', gc.isenabled(), gc.get_freeze_count() > 100000)\n"
         "atexit.register(lambda: open(%r, 'w').write('frozen %%d' %% gc.get_freeze_count()))\n"
         "objects = [[i] for i in range(1000)]\n"
         "processes.exit_with(3)\n" % str(out)
     )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
-    assert int(out.read_text().split()[1]) >= 1000  # the list's objects among them
+    assert proc.stdout.splitlines() == ["during False", "after True", "trainer True True"]  # TensorFlow's, frozen
+    frozen = int(out.read_text().split()[1])
+    assert frozen >= 1000 + 100000  # the list's objects too
     # Every command of the package ends through it.
     mains = [
         os.path.join(root, name)

@@ -1,13 +1,14 @@
-"""What a command's exit costs: ``processes.exit_with`` (every command's) beside ``sys.exit``, in one run.
+"""What the garbage collector costs a command: the trainer as it is beside the same with ``gc`` untouched, in one run.
 
-    python -m benchmarks.exit_cost --data-dir work/cifar-10-data --rounds 5 [--core-taken]
+    python -m benchmarks.gc_cost --data-dir work/cifar-10-data --rounds 5 [--core-taken]
 
-Runs the same small job (ResNet-8, ``--train-steps`` steps, a fresh job dir each time) three ways, rounds
-alternated: the trainer module's ``main`` ended by ``processes.exit_with`` (the objects frozen, so the
-interpreter's last garbage collections skip them), the same ``main`` ended by ``sys.exit``, and the
-trainer's command as users run it, ``python -m estimator.cifar10_main``. Times each whole command and
-its exit: from the summary's last line on stdout (printed once results.json is written) to the process's
-end, which includes closing the event files and releasing the job dir's lock. ``--core-taken``: with
+Runs the same small job (ResNet-8, ``--train-steps`` steps, a fresh job dir each time) two ways, rounds
+alternated: the trainer's command as users run it, ``python -m estimator.cifar10_main``, whose imports run
+without the collector and whose exit skips its last walks (``processes.imports_uncollected``,
+``processes.exit_with``), and the same module's ``main`` with ``gc.disable`` and ``gc.freeze`` made to do
+nothing, ended by ``sys.exit``: the interpreter as it was before. Times each whole command, its start (to
+the trainer's first log line, after its imports and flags) and its exit (from its last line, once
+results.json is written and the summary printed, to the process's end). ``--core-taken``: with
 ``benchmarks.contention``'s busy loop on the first core throughout. Prints the CPU and a table of medians;
 writes JSON.
 """
@@ -23,32 +24,45 @@ import time
 from benchmarks.common import print_machine, write_result
 from benchmarks.contention import Competitor
 
-# The same module's main either way: only the exit differs.
+UNTOUCHED = "gc untouched"
 WAYS = {
-    "exit_with": ["-c", "from estimator import cifar10_main as m; m.processes.exit_with(m.main())"],
-    "sys.exit": ["-c", "import sys; from estimator import cifar10_main as m; sys.exit(m.main())"],
     "python -m": ["-m", "estimator.cifar10_main"],
+    UNTOUCHED: [
+        "-c",
+        "import gc, sys; gc.disable = gc.freeze = lambda: None; "
+        "from estimator import cifar10_main as m; sys.exit(m.main())",
+    ],
 }
+# The trainer's first line of its own (after TensorFlow's start-up notes).
+FIRST_LOG_LINE = "INFO:tensorflow:"
 
 
 def timed_command(command) -> dict:
-    """One command: its wall seconds, and the seconds from its last line on stdout to its exit."""
+    """One command: its wall seconds, the seconds to its first line starting with ``FIRST_LOG_LINE`` (stdout
+    and stderr together; None without one), and from its last line to its exit."""
     start = time.monotonic()
     proc = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
         text=True,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )
+    first = None
     last = start
-    for _ in proc.stdout:
+    for line in proc.stdout:
         last = time.monotonic()
+        if first is None and line.startswith(FIRST_LOG_LINE):
+            first = last
     code = proc.wait()
     end = time.monotonic()
     if code != 0:
         raise SystemExit("error: %s exited with %d: run it by hand to see why" % (" ".join(command), code))
-    return {"wall_secs": round(end - start, 3), "exit_secs": round(end - last, 3)}
+    return {
+        "wall_secs": round(end - start, 3),
+        "start_secs": None if first is None else round(first - start, 3),
+        "exit_secs": round(end - last, 3),
+    }
 
 
 def time_rounds(args) -> dict:
@@ -68,11 +82,11 @@ def time_rounds(args) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True, help="TFRecords (generate_cifar10_tfrecords.py).")
-    parser.add_argument("--work-dir", default="work/exit_cost", help="The jobs' directories go here.")
+    parser.add_argument("--work-dir", default="work/gc_cost", help="The jobs' directories go here.")
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--core-taken", action="store_true", help="A busy loop on the first core throughout.")
-    parser.add_argument("--out", default="benchmarks/results/exit_cost.json")
+    parser.add_argument("--out", default="benchmarks/results/gc_cost.json")
     args = parser.parse_args(argv)
     print_machine()
     competitor = Competitor(min(os.sched_getaffinity(0)), 0.0) if args.core_taken else None
@@ -83,13 +97,17 @@ def main(argv=None) -> int:
     finally:
         if competitor:
             competitor.stop()
-    print("\n%-10s %14s %14s" % ("exit", "command (s)", "its exit (s)"))
+    print("\n%-14s %12s %12s %12s" % ("", "command (s)", "start (s)", "exit (s)"))
+    keys = ("wall_secs", "start_secs", "exit_secs")
     medians = {}
     for way, rows in runs.items():
-        medians[way] = {key: round(statistics.median(row[key] for row in rows), 3) for key in rows[0]}
-        print("%-10s %14.2f %14.2f" % (way, medians[way]["wall_secs"], medians[way]["exit_secs"]))
-    saved = medians["sys.exit"]["exit_secs"] - medians["exit_with"]["exit_secs"]
-    print("exit_with saves %.2f s of each command's exit (medians of %d rounds)" % (saved, args.rounds))
+        medians[way] = {key: round(statistics.median(row[key] for row in rows), 3) for key in keys}
+        print("%-14s %12.2f %12.2f %12.2f" % (way, *(medians[way][k] for k in keys)))
+    saved = {k: medians[UNTOUCHED][k] - medians["python -m"][k] for k in keys}
+    print(
+        "the command saves %.2f s (start %.2f, exit %.2f), medians of %d rounds"
+        % (saved["wall_secs"], saved["start_secs"], saved["exit_secs"], args.rounds)
+    )
     write_result(args.out, {"settings": vars(args), "runs": runs, "medians": medians})
     return 0
 
