@@ -303,6 +303,10 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
         if hp.model_export_dir:
             results["model_export_dir"] = hp.model_export_dir
     config.write_json(storage.join(hp.job_dir, RESULTS_FILE), results)
+    if planner is not None:
+        slow = speed_probes.forget_slow_figures(hp, planner.full_size_images_per_sec())
+        if slow:
+            logs.warning("%s", slow)
     return results
 
 

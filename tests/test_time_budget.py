@@ -518,16 +518,28 @@ def test_budget_flags_are_checked(mini_records, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_records, tmp_path):
-    job = str(tmp_path / "job")
-    flags = ["--data-dir", mini_records, "--job-dir", job] + (
+    from estimator.training import config, speed_probes
+
+    job, cache = str(tmp_path / "job"), str(tmp_path / "cache")
+    flags = ["--data-dir", mini_records, "--job-dir", job, "--probe-cache", cache] + (
         "--num-gpus 0 --num-layers 8 --train-batch-size 64 --eval-batch-size 339 --time-budget 40s "
         "--lr-schedule onecycle --eval-policy final --seed 1 --log-every-n-steps 20 --health-checks off"
     ).split()
+
+    # The network's figures as a slow spell left them cached (100 images/s; it trained at 1,768 on a Zen 4): the
+    # run plans from them, trains far faster, and drops them for the next run.
+    def spell(*_, **__):
+        return {"train": 100.0, "eval": 300.0}
+
+    speed_probes.network_speed(config.parse(flags)[0], timer=spell)
     code, out = run_main(*flags)
     assert code == 0, out[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
     recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
     assert recorded["time_budget"] == 40.0 and recorded["train_steps"] is None
+    assert recorded["speed_probe"]["train"] == 100.0 and "timed in a slow spell" in out
+    with open(os.path.join(cache, speed_probes.CACHE_FILE)) as f:
+        assert json.load(f) == {}
     assert results["time_budget_secs"] == 40.0
     budget = json.load(open(os.path.join(job, "budget.json")))
     # Training ends at its deadline, keeping the reserve (8 s and the evaluation images at the speed
@@ -739,6 +751,75 @@ def test_precision_auto_doubts_a_small_bf16_lead_for_airbench_and_times_both_aga
     assert sorted(timed) == [("bf16", True), ("fp32", False)]
     timed.clear()
     assert speed_probes.choose(resnet, cpu=zen4, timer=timer, cache_file=cache)[0] == "fp32" and timed == []
+
+
+def test_a_run_faster_than_its_timed_figure_drops_this_cpus_figures_for_the_next_run(tmp_path):
+    """A spell that lasted through both timings (``time_again`` cannot catch it) cached airbench94 x0.5 at 980
+    images/s, 0.7 of this CPU's speed; the run then trained at full size at 1,400: this CPU's figures are dropped,
+    so that the next run (a study's next trial) times them again. Runs that judge nothing: below 1.2x, nothing
+    measured at full size, a figure estimated or recorded on another CPU, a cluster; a cache that cannot be
+    read costs nothing."""
+    from functools import partial
+
+    from estimator.training import speed_probes
+    from tests.helpers import hp
+
+    zen4 = {"model": "AMD EPYC", "family": "25", "model_number": "17", "flags": {"avx512_bf16"}, "cores": 2}
+    zen3 = dict(zen4, model_number="1", flags={"avx2"})
+    speeds = {"rate": 980.0}
+
+    def timer(probe_hp, precision, max_secs=speed_probes.PROBE_SECS, evaluate=True):
+        return {"train": speeds["rate"], "eval": 3.5 * speeds["rate"]}
+
+    cache = str(tmp_path / "c.json")
+    job = hp(network="airbench", width_multiplier=0.5, train_batch_size=512, eval_batch_size=500)
+    slow = speed_probes.network_speed(job, cpu=zen4, timer=timer, cache_file=cache)
+    speed_probes.network_speed(job, cpu=zen3, timer=timer, cache_file=cache)  # another CPU's: kept
+    timed = job.replace(speed_probe=dict(slow, how="timed", cpu=machine.cpu_key(zen4)))
+    forget = partial(speed_probes.forget_slow_figures, cpu=zen4, cache_file=cache)
+    assert forget(timed, 1.19 * 980) is None and forget(timed, None) is None
+    estimated = dict(timed.speed_probe, how="estimated from airbench94 x0.5")
+    assert forget(timed.replace(speed_probe=estimated), 1400.0) is None
+    assert forget(timed.replace(speed_probe=dict(timed.speed_probe, cpu=machine.cpu_key(zen3))), 1400.0) is None
+    assert forget(timed.replace(num_workers=2), 1400.0) is None
+    with open(cache) as f:
+        assert len(json.load(f)) == 2
+    (tmp_path / "unreadable.json").mkdir()
+    assert forget(timed, 1400.0, cache_file=str(tmp_path / "unreadable.json")) is None
+    assert forget(timed, 1400.0) == (
+        "speed probes: this run trained at 1.43x the speed timed for its network (1400 against 980 img/s), beyond "
+        "1.2x: timed in a slow spell. This CPU's 1 cached figure(s) in %s are dropped: the next run times them again"
+        % cache
+    )
+    with open(cache) as f:
+        assert [key.startswith(machine.cpu_key(zen3) + "|") for key in json.load(f)] == [True]
+    speeds["rate"] = 1400.0
+    again = speed_probes.timed_network_speed(job, cpu=zen4, timer=timer, cache_file=cache)
+    assert again == ({"train": 1400.0, "eval": 4900.0}, True)
+
+
+def test_a_runs_full_size_speed_is_the_median_of_its_intervals_trained_at_full_size():
+    """--progressive-resize 20 (full size from half the steps), 4 full-size steps/s but a spell at 2 for 40 s;
+    the smaller sizes faster than their pixels' share says: only intervals at 32 pixels throughout count, and
+    the spell's do not move the median. Before the run reaches full size: nothing measured."""
+    sizes = schedules.ImageSizes(20, 0.5, 32)
+    clock = Clock()
+    p = planner(clock, budget=300.0, fixed=8.0)
+    p.step_cost = sizes
+    p.__post_init__()
+    p.begin(0)
+    step = 0
+    while not p.should_stop(step):
+        side = sizes.size_at(p.plan.progress(step))
+        if side < 32:
+            assert p.full_size_images_per_sec() is None
+        full = 2.0 if 200 <= clock.now < 240 else 4.0
+        clock.now += (side / 32) ** 1.5 / full
+        step += 1
+        p.after_step(step)
+    assert len(p.full_size_speeds) >= 5 and min(p.full_size_speeds) < 3.0
+    assert max(p.full_size_speeds) == pytest.approx(4.0)
+    assert p.full_size_images_per_sec() == pytest.approx(400.0)
 
 
 def test_the_networks_code_digest_follows_every_byte_of_it(tmp_path):

@@ -119,11 +119,13 @@ def _read_cache(path: str) -> dict:
         return {}
 
 
-def _write_cache(path: str, cache: dict) -> None:
+def _write_cache(path: str, cache: dict) -> bool:
     try:
         storage.write_text(path, json.dumps(cache, indent=2, sort_keys=True))
+        return True
     except Exception as e:  # noqa: BLE001 - a cache we cannot write costs a probe next time, nothing more
         logging.getLogger("tensorflow").warning("speed probes: cannot write %s (%s)", path, e)
+        return False
 
 
 def cached_probe(path: str, key: str, names, measure):
@@ -148,6 +150,16 @@ def store_probe(path: str, key: str, probe: dict) -> None:
     cache = _read_cache(path)
     cache[key] = probe
     _write_cache(path, cache)
+
+
+def forget_probes(path: str, prefix: str) -> int:
+    """Drops the entries of the JSON file at ``path`` whose keys begin with ``prefix``; returns how many it
+    dropped. A cache that cannot be read or written drops nothing (logged), never the job."""
+    cache = _read_cache(path)
+    kept = {key: probe for key, probe in cache.items() if not key.startswith(prefix)}
+    if len(kept) == len(cache) or not _write_cache(path, kept):
+        return 0
+    return len(cache) - len(kept)
 
 
 def seconds_per_run(sess, fetch, steps: int, warmup: int, clock=time.perf_counter, max_secs=None, min_steps=2) -> float:

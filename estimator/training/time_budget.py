@@ -236,6 +236,7 @@ class Planner:
         self.setup_secs = None  # from then until the first step could run
         self.size_secs = {}  # --progressive-resize: seconds per step measured at each image side
         self.recent_speeds = []  # (image sizes, full-size steps/s) of the last END_SPEED_INTERVALS intervals
+        self.full_size_speeds = []  # steps/s of every interval trained at full size throughout
         self.checkpoint_secs = 0.0  # what the last checkpoint took to save (``checkpoint_saved``)
         # The best full-size speed measured: the start-up probe's (timed on full-size images, the median
         # run, cached from a quiet moment) until training measures better.
@@ -413,6 +414,8 @@ class Planner:
         if self.size_secs:
             self.full_size_steps_per_sec = 1.0 / self.secs_per_step(self.step_cost.full)
         self.recent_speeds = (self.recent_speeds + [(sides, self.full_size_steps_per_sec)])[-END_SPEED_INTERVALS:]
+        if self.step_cost is None or sides == (self.step_cost.full, self.step_cost.full):
+            self.full_size_speeds.append(measured)
         # The end's floor rises only with a full-size speed measured, never with one estimated from smaller
         # images: 3.13 full-size steps/s so estimated (at 24 and 28 pixels, the VM fast for a while) put it at
         # 1.56 on a Zen 4 held to AVX2, where a core taken left 1.37 (the probe's 2.08 was the truth); the
@@ -437,6 +440,14 @@ class Planner:
                 replan["steps_per_sec_by_size"] = {str(s): round(1.0 / t, 4) for s, t in sorted(self.size_secs.items())}
         self.state.replans.append(replan)
         return self.plan
+
+    def full_size_images_per_sec(self):
+        """Training's images/s at full size as this run measured it: the median of its intervals trained at
+        full size throughout (None where none was, e.g. a run too short to measure or one that stopped
+        before its last image size)."""
+        if not self.full_size_speeds:
+            return None
+        return statistics.median(self.full_size_speeds) * self.images_per_step
 
     def exhausted(self) -> bool:
         """Nothing left to train: an earlier run finished the plan, or no time is left for training."""
