@@ -152,11 +152,11 @@ def store_probe(path: str, key: str, probe: dict) -> None:
     _write_cache(path, cache)
 
 
-def forget_probes(path: str, prefix: str) -> int:
-    """Drops the entries of the JSON file at ``path`` whose keys begin with ``prefix``; returns how many it
-    dropped. A cache that cannot be read or written drops nothing (logged), never the job."""
+def forget_probes(path: str, key: str) -> int:
+    """Drops the entry ``key`` of the JSON file at ``path``, and those whose keys extend it (``key|...``);
+    returns how many it dropped. A cache that cannot be read or written drops nothing (logged), never the job."""
     cache = _read_cache(path)
-    kept = {key: probe for key, probe in cache.items() if not key.startswith(prefix)}
+    kept = {k: probe for k, probe in cache.items() if k != key and not k.startswith(key + "|")}
     if len(kept) == len(cache) or not _write_cache(path, kept):
         return 0
     return len(cache) - len(kept)
