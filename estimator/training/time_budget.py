@@ -73,7 +73,13 @@ MEASURED_EVAL_SPEEDUP_SHARE = 0.9
 # hour) within +1 s of it, the latest 0.1 s past (``python -m benchmarks.end_reserve --cuts -1``). At 8 s
 # every run left 5 s or more unused. Those runs' exits spent 0.9-1.0 s in the interpreter's last garbage
 # collections, which ``processes.exit_with`` skips since (0.10-0.12 s: ``benchmarks.gc_cost``, Zen 4, alone,
-# with a core taken and held to AVX2): 0.8 s of that is given back to training here, 0.1 s kept as margin.
+# with a core taken and held to AVX2): 0.8 s of that is given back to training here, 0.1 s kept as margin. So
+# measured (Zen 4, first runs, 90 s and 5 minutes alone and with a core taken, native and held to AVX2, 30 minutes
+# held to AVX2 with a core taken: ``contention_zen4_*reserve47_8a6148b.json``), every command ended 3.3-19.5 s
+# before its budget: what the end left unused is the evaluation's margin, and, on a local disk, most of this
+# reserve (the end besides the test evaluation took 0.6-0.9 s in every run recorded on one; on gs:// 5.1-5.3 s,
+# which the checkpoint writes' reserve, below, covers). A smaller one wants the evaluation graph's build and
+# restore timed apart from its images (both are in ``final_test_eval_secs``).
 FINAL_FIXED_SECS = 4.7
 # ... and, beyond it, this many times what a checkpoint took to save in this run (``Planner.checkpoint_saved``:
 # the first, at step 0, and each since): the end writes the last checkpoint and the final export (the graph and
