@@ -76,23 +76,14 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(own)
     given_flags = list(trainer_flags)
     try:
-        for name in ("max_trials", "parallel_trials"):
-            if getattr(args, name) is not None and getattr(args, name) < 1:
-                flag = "--" + name.replace("_", "-")
-                raise spec_lib.SpecError("%s %d must be at least 1." % (flag, getattr(args, name)))
-        training_input = spec_lib.load(args.config)
-        hp, options, trainer_flags = _trials_flags(trainer_flags, args.job_dir)
-        study_spec = spec_lib.study_spec(training_input, options)
+        hp, trainer_flags, study_spec = _checked_study(args, trainer_flags)
     except spec_lib.SpecError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
 
     from estimator.tuning import study
 
-    max_trials = args.max_trials or study_spec.max_trials
-    if study_spec.algorithm == spec_lib.Algorithm.GRID_SEARCH:
-        max_trials = min(max_trials, math.prod(len(values) for values in spec_lib.grid(study_spec.params).values()))
-    parallel = args.parallel_trials or min(study_spec.max_parallel_trials, os.cpu_count() or 1)
+    max_trials, parallel = _trial_counts(args, study_spec)
     extra = study.trainer_defaults(trainer_flags, study_spec, parallel, hp.train_steps)
     os.makedirs(args.job_dir, exist_ok=True)
     coordinator = study.Coordinator(
@@ -126,6 +117,28 @@ def main(argv=None) -> int:
     _report_best(args.job_dir, result, study_spec, given_flags)
     print("Wrote %s and %s" % (paths["csv"], paths["png"]))
     return status
+
+
+def _checked_study(args, trainer_flags):
+    """``(the trials' HParams, their flags, the StudySpec)`` from the parsed ``args`` and the trainer's flags;
+    raises ``spec_lib.SpecError`` on a bad count, config or flag, before anything is written."""
+    for name in ("max_trials", "parallel_trials"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            flag = "--" + name.replace("_", "-")
+            raise spec_lib.SpecError("%s %d must be at least 1." % (flag, getattr(args, name)))
+    training_input = spec_lib.load(args.config)
+    hp, options, trainer_flags = _trials_flags(trainer_flags, args.job_dir)
+    return hp, trainer_flags, spec_lib.study_spec(training_input, options)
+
+
+def _trial_counts(args, study_spec):
+    """``(trials, at a time)``: the flags', else the config's (a grid's no more than its points; at a time no
+    more than this machine's cores)."""
+    max_trials = args.max_trials or study_spec.max_trials
+    if study_spec.algorithm == spec_lib.Algorithm.GRID_SEARCH:
+        max_trials = min(max_trials, math.prod(len(values) for values in spec_lib.grid(study_spec.params).values()))
+    parallel = args.parallel_trials or min(study_spec.max_parallel_trials, os.cpu_count() or 1)
+    return max_trials, parallel
 
 
 def _trials_flags(trainer_flags, job_dir: str):

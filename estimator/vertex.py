@@ -151,38 +151,8 @@ def _shared_probe_cache(trainer_flags, base_output_dir):
 def write_config(kind: str, argv) -> int:
     own, trainer_flags = processes.split_argv(argv)
     args = _parser(kind).parse_args(own)
-    schedule = vertex_job.scheduling(args.spot, args.restart_job_on_worker_restart, args.timeout)
     try:
-        training_input = spec_lib.load(args.config)
-        options = vertex_job.job_options(
-            training_input,
-            image_uri=args.image_uri,
-            executor_image_uri=args.executor_image_uri,
-            package_uris=[args.package_uri] if args.package_uri else [],
-            base_output_dir=args.base_output_dir,
-            schedule=schedule,
-            service_account=args.service_account,
-            network=args.network,
-            tensorboard=args.tensorboard,
-            region=args.region,
-        )
-        trainer_flags = vertex_job.job_args(trainer_flags, training_input, options.base_output_dir)
-        notes = []
-        if kind == "custom-job":
-            machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}
-            config = vertex_job.custom_job_spec(machines, trainer_flags, options)
-        else:
-            from estimator.training import flags
-
-            study_spec = spec_lib.study_spec(training_input, flags.flag_names())
-            machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}
-            trainer_flags, notes = _trial_flags(trainer_flags, machines, args.network_member)
-            trainer_flags, shared = _shared_probe_cache(trainer_flags, options.base_output_dir)
-            notes += shared
-            trainer_flags = vertex_job.job_args(trainer_flags, machines, options.base_output_dir)
-            config = vertex_study.hyperparameter_tuning_job(
-                machines, study_spec, trainer_flags, args.display_name, options
-            )
+        config, options, notes = _job_config(kind, args, trainer_flags)
     except spec_lib.SpecError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
@@ -206,6 +176,36 @@ def write_config(kind: str, argv) -> int:
     return 0
 
 
+def _job_config(kind: str, args, trainer_flags):
+    """``(the job's config, its vertex_job.JobOptions, notes for the user)`` for ``kind`` from the parsed
+    ``args`` and the trainer's flags. Raises ``spec_lib.SpecError`` for what gcloud or Vertex AI would refuse."""
+    training_input = spec_lib.load(args.config)
+    options = vertex_job.job_options(
+        training_input,
+        image_uri=args.image_uri,
+        executor_image_uri=args.executor_image_uri,
+        package_uris=[args.package_uri] if args.package_uri else [],
+        base_output_dir=args.base_output_dir,
+        schedule=vertex_job.scheduling(args.spot, args.restart_job_on_worker_restart, args.timeout),
+        service_account=args.service_account,
+        network=args.network,
+        tensorboard=args.tensorboard,
+        region=args.region,
+    )
+    trainer_flags = vertex_job.job_args(trainer_flags, training_input, options.base_output_dir)
+    machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}
+    if kind == "custom-job":
+        return vertex_job.custom_job_spec(machines, trainer_flags, options), options, []
+    from estimator.training import flags
+
+    study_spec = spec_lib.study_spec(training_input, flags.flag_names())
+    trainer_flags, notes = _trial_flags(trainer_flags, machines, args.network_member)
+    trainer_flags, shared = _shared_probe_cache(trainer_flags, options.base_output_dir)
+    trainer_flags = vertex_job.job_args(trainer_flags, machines, options.base_output_dir)
+    config = vertex_study.hyperparameter_tuning_job(machines, study_spec, trainer_flags, args.display_name, options)
+    return config, options, notes + shared
+
+
 def _pairs(values, flag: str) -> dict:
     out = {}
     for value in values or ():
@@ -216,7 +216,7 @@ def _pairs(values, flag: str) -> dict:
     return out
 
 
-def local_run(argv) -> int:
+def _local_run_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m estimator.vertex local-run",
         description="Run a written CustomJobSpec, or one trial of a HyperparameterTuningJob, on this machine as "
@@ -242,7 +242,11 @@ def local_run(argv) -> int:
     )
     parser.add_argument("--work-dir", default=None, help="The rehearsal's own files (default: a new temporary one).")
     parser.add_argument("--timeout", type=float, default=3600, help="Stop everything after this many seconds.")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def local_run(argv) -> int:
+    args = _local_run_parser().parse_args(argv)
     from estimator.cloud import rehearsal
 
     try:
@@ -266,6 +270,12 @@ def local_run(argv) -> int:
     except spec_lib.SpecError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
+    _print_rehearsal(result)
+    return result.exit_code
+
+
+def _print_rehearsal(result) -> None:
+    """A rehearsal's outcome as the user reads it: the AIP_* directories, the metric reported, the exit."""
     for variable, path in sorted(result.outputs.items()):
         print("%s=%s" % (variable, path))
     if result.metric:
@@ -274,10 +284,9 @@ def local_run(argv) -> int:
     else:
         print("Reported to Vertex AI: nothing (no cloudml-hypertune report from the chief)")
     print("The chief exited with %d." % result.exit_code)
-    return result.exit_code
 
 
-def best_args(argv) -> int:
+def _best_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m estimator.vertex best-args",
         description="best.args from a finished Vertex AI study: the flags it was given with its best trial's "
@@ -288,7 +297,11 @@ def best_args(argv) -> int:
     parser.add_argument(
         "--map", action="append", metavar="gs://B/P=DIR", help="Read a Cloud Storage prefix from a local copy."
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def best_args(argv) -> int:
+    args = _best_args_parser().parse_args(argv)
     from estimator.cloud import rehearsal
 
     try:
@@ -312,14 +325,9 @@ def best_args(argv) -> int:
     trial, values, value = pick(trials, key=lambda t: t[2])
     for t, v, m in trials:
         print("trial %s: %s %.4f with %s" % (t, metric["metricId"], m, " ".join("--%s=%s" % kv for kv in v.items())))
-    pool = config["trialJobSpec"]["workerPoolSpecs"][0]
-    trial_args = (pool.get("containerSpec") or pool.get("pythonPackageSpec"))["args"]
-    if trial_args[-2:-1] == ["--probe-cache"] and trial_args[-1].endswith(PROBE_CACHE_SUFFIX):
-        trial_args = trial_args[:-2]  # what _shared_probe_cache added for the trials
-    given = trial_flags.given(trial_args)
     path = report.write_best_args(
         args.output,
-        given,
+        trial_flags.given(_study_trainer_args(config)),
         trial,
         values,
         "of the Vertex AI study %s (%d trials finished): %s %.4f on the validation split"
@@ -329,6 +337,16 @@ def best_args(argv) -> int:
         "Best trial %s. The final model: python -m estimator.cifar10_main @%s --data-dir D --job-dir J" % (trial, path)
     )
     return 0
+
+
+def _study_trainer_args(config: dict) -> list:
+    """The trainer's flags a study's trials were given, as the user gave them (without the probe cache that
+    ``_shared_probe_cache`` added)."""
+    pool = config["trialJobSpec"]["workerPoolSpecs"][0]
+    trial_args = (pool.get("containerSpec") or pool.get("pythonPackageSpec"))["args"]
+    if trial_args[-2:-1] == ["--probe-cache"] and trial_args[-1].endswith(PROBE_CACHE_SUFFIX):
+        trial_args = trial_args[:-2]
+    return trial_args
 
 
 VERBS = {"local-run": local_run, "best-args": best_args}

@@ -279,6 +279,13 @@ def rehearse(
     cluster.task_env = _task_environment(cluster, counts, outputs, trial_id, site, work_dir)
     if site:  # as in the image: the package comes from what pip installed, not from a source tree here
         cluster.cwd = work_dir
+    code, metric = _run_replicas(cluster, work_dir, timeout)
+    return Rehearsal(code, trial_id, outputs, metric, cluster.task("chief").log())
+
+
+def _run_replicas(cluster: LocalCluster, work_dir: str, timeout: float):
+    """``(the chief's exit code, the last metric it reported through cloudml-hypertune, or {})`` once the
+    replicas ran to their end (or ``timeout`` stopped them)."""
     os.makedirs(work_dir, exist_ok=True)
     cluster.start()
     try:
@@ -288,4 +295,4 @@ def rehearse(
         code = cluster.task("chief").process.returncode or 1
     metrics = os.path.join(work_dir, "chief-0", METRIC_FILE)
     lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
-    return Rehearsal(code, trial_id, outputs, json.loads(lines[-1]) if lines else {}, cluster.task("chief").log())
+    return code, json.loads(lines[-1]) if lines else {}
