@@ -228,7 +228,8 @@ def forget_slow_figures(hp, images_per_sec, cpu=None, cache_file=None):
     cpu = cpu or cpu_info()
     probe = hp.speed_probe or {}
     here = cpu_key(cpu)
-    if not images_per_sec or probe.get("how") != "timed" or probe.get("cpu") != here or hp.num_workers != 1:
+    timed_here = probe.get("how") == "timed" and probe.get("cpu") == here and probe.get("train")
+    if not images_per_sec or not timed_here or hp.num_workers != 1:
         return None
     ratio = images_per_sec / probe["train"]
     if ratio < SLOW_FIGURE_RATIO:
