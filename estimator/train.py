@@ -303,11 +303,17 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
         if hp.model_export_dir:
             results["model_export_dir"] = hp.model_export_dir
     config.write_json(storage.join(hp.job_dir, RESULTS_FILE), results)
-    if planner is not None:
-        slow = speed_probes.forget_slow_figures(hp, planner.full_size_images_per_sec())
-        if slow:
-            logs.warning("%s", slow)
     return results
+
+
+def _judge_speed_figures(hp, planner) -> None:
+    """After a budgeted run: its own full-size speed judges the cached figures it planned from
+    (``speed_probes.forget_slow_figures``)."""
+    if planner is None:
+        return
+    slow = speed_probes.forget_slow_figures(hp, planner.full_size_images_per_sec())
+    if slow:
+        logs.warning("%s", slow)
 
 
 def _test_views(hp, planner):
@@ -502,4 +508,6 @@ def run(hp: hparams_lib.HParams, stop=None):
         stop.check()
     if not writes_job_records(hp):
         return None
-    return final_results(hp, estimator_, job_hooks, train_seconds)
+    results = final_results(hp, estimator_, job_hooks, train_seconds)
+    _judge_speed_figures(hp, job_hooks.planner)
+    return results

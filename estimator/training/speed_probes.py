@@ -91,14 +91,18 @@ def network_code_digest(paths=None) -> str:
     return digest.hexdigest()[:12]
 
 
-def cache_key(cpu: dict, hp) -> str:
+def machine_key(cpu: dict) -> str:
+    """Where every cache key begins: this CPU and the TensorFlow version (all of this machine's figures)."""
     import tensorflow as tf
 
+    return "%s|%s" % (cpu_key(cpu), tf.__version__)
+
+
+def cache_key(cpu: dict, hp) -> str:
     return "|".join(
         str(v)
         for v in (
-            cpu_key(cpu),
-            tf.__version__,
+            machine_key(cpu),
             hp.network,
             hp.num_layers,
             hp.resnet_version,
@@ -223,19 +227,16 @@ def forget_slow_figures(hp, images_per_sec, cpu=None, cache_file=None):
     CPU's figures are dropped from the cache, so that the next run, or a study's next trial, times them again
     instead of choosing its member and planning from a slow spell's figures. Returns the log's line where it
     dropped them, else None. Only a one-machine job judges: a cluster's steps are every worker's."""
-    import tensorflow as tf
-
     cpu = cpu or cpu_info()
     probe = hp.speed_probe or {}
-    here = cpu_key(cpu)
-    timed_here = probe.get("how") == "timed" and probe.get("cpu") == here and probe.get("train")
+    timed_here = probe.get("how") == "timed" and probe.get("cpu") == cpu_key(cpu) and probe.get("train")
     if not images_per_sec or not timed_here or hp.num_workers != 1:
         return None
     ratio = images_per_sec / probe["train"]
     if ratio < SLOW_FIGURE_RATIO:
         return None
     path = cache_file or cache_path(CACHE_FILE, hp.probe_cache)
-    dropped = forget_probes(path, "%s|%s" % (here, tf.__version__))
+    dropped = forget_probes(path, machine_key(cpu))
     if not dropped:
         return None
     return (
