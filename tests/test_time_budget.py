@@ -552,6 +552,8 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
     assert results["evaluation_speedup"] > 1 and results["training_setup_secs"] > 0, results
     assert results["checkpoint_save_secs"] > 0, results  # the saves were timed, for the end's reserve
     assert 0 < results["final_test_eval_secs"] < results["final_secs"], results  # the export and pictures besides
+    # ... and of the evaluation, its set-up (graph, restore) timed apart from its images.
+    assert 0 < results["final_test_eval_setup_secs"] < results["final_test_eval_secs"], results
     # The end's time as recorded (final_secs, wall_secs) includes the pictures: curves.png comes first.
     assert os.path.getmtime(os.path.join(job, "curves.png")) <= os.path.getmtime(os.path.join(job, "results.json"))
     assert results["planned_steps"] == results["replans"][0]["planned_steps"] > 0

@@ -118,6 +118,18 @@ class ExamplesPerSecondHook(v1.train.SessionRunHook):
         return (self._steps - self._warmup_steps) * self._examples_per_step / (self._last - self._start)
 
 
+class SessionReadyHook(v1.train.SessionRunHook):
+    """When the session was ready: its graph built, the checkpoint restored and the variables initialised
+    (``after_create_session``), so that an evaluation's set-up is timed apart from its images."""
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self.ready = None
+
+    def after_create_session(self, session, coord):
+        self.ready = self._clock()
+
+
 class _HyperTune(object):
     """One ``hypertune.HyperTune`` per process: a new one wipes the metrics file."""
 

@@ -78,8 +78,11 @@ MEASURED_EVAL_SPEEDUP_SHARE = 0.9
 # held to AVX2 with a core taken: ``contention_zen4_*reserve47_8a6148b.json``), every command ended 3.3-19.5 s
 # before its budget: what the end left unused is the evaluation's margin, and, on a local disk, most of this
 # reserve (the end besides the test evaluation took 0.6-0.9 s in every run recorded on one; on gs:// 5.1-5.3 s,
-# which the checkpoint writes' reserve, below, covers). A smaller one wants the evaluation graph's build and
-# restore timed apart from its images (both are in ``final_test_eval_secs``).
+# which the checkpoint writes' reserve, below, covers). Timed apart (``final_test_eval_setup_secs``, Zen 4, 60 s
+# budgets, airbench94 x0.25-x1, native and held to AVX2), the test evaluation's graph and restore took 0.52-0.84 s,
+# so a run that does not validate leaves about 3 s of this idle; one that validates (every study's trial) spends
+# 2 s more of it (the validation's own graph, images and best-by-validation export: its end besides the test
+# evaluation took 4.9 s), and the idle rest is the margin the two runs above lacked.
 FINAL_FIXED_SECS = 4.7
 # ... and, beyond it, this many times what a checkpoint took to save in this run (``Planner.checkpoint_saved``:
 # the first, at step 0, and each since): the end writes the last checkpoint and the final export (the graph and
