@@ -822,6 +822,60 @@ def test_a_run_faster_than_its_timed_figure_drops_this_cpus_figures_for_the_next
     assert again == ({"train": 1400.0, "eval": 4900.0}, True)
 
 
+def test_an_estimate_or_a_member_not_chosen_far_below_the_runs_own_speed_drops_this_cpus_figures(tmp_path):
+    """An estimated figure is judged beyond its own error too (1.2 x 1.3 = 1.56x: a slow timing of the reference it
+    came from); a member timed and not chosen, against its estimate from the run's speed (x0.75 in bf16 runs at
+    0.599 of x0.5's): a spell through both its timings would otherwise leave it out of every later choice. An
+    assumed figure and an estimated candidate judge nothing."""
+    from functools import partial
+
+    from estimator.networks import family
+    from estimator.training import speed_probes
+    from tests.helpers import hp
+
+    zen4 = {"model": "AMD EPYC", "family": "25", "model_number": "17", "flags": {"avx512_bf16"}, "cores": 2}
+    cache = str(tmp_path / "c.json")
+    job = hp(network="airbench", width_multiplier=0.5, train_batch_size=512, eval_batch_size=500, precision="bf16")
+
+    def cache_a_figure():
+        speed_probes.network_speed(
+            job, cpu=zen4, timer=lambda *_, **__: {"train": 980.0, "eval": 3430.0}, cache_file=cache
+        )
+
+    cache_a_figure()
+    probe = {"train": 980.0, "eval": 3430.0, "cpu": machine.cpu_key(zen4)}
+    estimated = job.replace(speed_probe=dict(probe, how=family.ESTIMATED))
+    forget = partial(speed_probes.forget_slow_figures, cpu=zen4, cache_file=cache)
+    assert forget(estimated, 1.55 * 980) is None
+    assumed = job.replace(speed_probe=dict(probe, how=family.ESTIMATED + ", " + family.ASSUMED))
+    assert forget(assumed, 3 * 980) is None
+    assert forget(estimated, 1.6 * 980) == (
+        "speed probes: this run trained at 1.60x the speed estimated from airbench94 x0.5 for its network (1568 "
+        "against 980 img/s), beyond 1.56x: timed in a slow spell. This CPU's 1 cached figure(s) in %s are dropped: "
+        "the next run times them again" % cache
+    )
+    cache_a_figure()
+
+    def chose_the_reference(x075_timed_at):
+        candidates = [
+            {"member": "airbench94 x0.5", "speed": "timed", "images_per_sec": 980.0},
+            {"member": "airbench94 x0.75", "speed": "timed", "images_per_sec": x075_timed_at},
+            {"member": "airbench94 x0.25", "speed": family.ESTIMATED, "images_per_sec": 10.0},
+        ]
+        choice = {"member": "airbench94 x0.5", "candidates": candidates}
+        return job.replace(speed_probe=dict(probe, how="timed"), network_choice=choice)
+
+    assert forget(chose_the_reference(384.0), 1000.0) is None  # 598.8 / 384 = 1.559
+    assert forget(chose_the_reference(380.0).replace(num_workers=2), 1000.0) is None
+    assert forget(chose_the_reference(380.0), 1000.0) == (
+        "speed probes: airbench94 x0.75, not chosen, was timed at 380 img/s, 1.58x below its estimate from this "
+        "run's speed (599), beyond 1.56x: timed in a slow spell. This CPU's 1 cached figure(s) in %s are dropped: "
+        "the next run times them again" % cache
+    )
+    with open(cache) as f:
+        assert json.load(f) == {}
+
+
 def test_a_runs_full_size_speed_is_the_median_of_its_intervals_trained_at_full_size():
     """--progressive-resize 20 (full size from half the steps), 4 full-size steps/s but a spell at 2 for 40 s;
     the smaller sizes faster than their pixels' share says: only intervals at 32 pixels throughout count, and

@@ -307,7 +307,7 @@ def _estimated_rates(hp: hparams_lib.HParams, given: set, precision, reference_s
     """``{member: (training images/s, how it was had)}`` for the candidates (a shape given by hand narrows
     the family): the reference's as timed (``timed``: else assumed), the others' estimated from it
     (``family.estimated_rate``)."""
-    estimated = "estimated from %s" % family.REFERENCE
+    estimated = family.ESTIMATED
     if not timed:
         estimated += ", " + family.ASSUMED
     rates = {}

@@ -29,7 +29,7 @@ from estimator.common.machine import (
     store_probe,
 )
 from estimator.common.options import Network, Precision
-from estimator.networks import airbench, layers, registry, resnet
+from estimator.networks import airbench, family, layers, registry, resnet
 from estimator.ops import filter_gradient, gelu
 
 CANDIDATES = ("fp32", "bf16")
@@ -222,28 +222,64 @@ def time_again(hp, first: dict, cpu=None, timer=None, cache_file=None) -> dict:
 
 
 def forget_slow_figures(hp, images_per_sec, cpu=None, cache_file=None):
-    """After training: where the run trained at full size (``images_per_sec``, as the planner measured it) at
-    ``SLOW_FIGURE_RATIO`` or more times its network's timed figure (``hp.speed_probe``, timed on this CPU), this
-    CPU's figures are dropped from the cache, so that the next run, or a study's next trial, times them again
-    instead of choosing its member and planning from a slow spell's figures. Returns the log's line where it
-    dropped them, else None. Only a one-machine job judges: a cluster's steps are every worker's."""
+    """After training: where the run's own full-size speed (``images_per_sec``, as the planner measured it) shows
+    a figure it chose from was timed in a slow spell (``slow_figure``), this CPU's figures are dropped from the
+    cache, so that the next run, or a study's next trial, times them again instead of choosing its member and
+    planning from a slow spell's figures. Returns the log's line where it dropped them, else None."""
     cpu = cpu or cpu_info()
-    probe = hp.speed_probe or {}
-    timed_here = probe.get("how") == "timed" and probe.get("cpu") == cpu_key(cpu) and probe.get("train")
-    if not images_per_sec or not timed_here or hp.num_workers != 1:
-        return None
-    ratio = images_per_sec / probe["train"]
-    if ratio < SLOW_FIGURE_RATIO:
+    reason = slow_figure(hp, images_per_sec, cpu_key(cpu))
+    if reason is None:
         return None
     path = cache_file or cache_path(CACHE_FILE, hp.probe_cache)
     dropped = forget_probes(path, machine_key(cpu))
     if not dropped:
         return None
     return (
-        "speed probes: this run trained at %.2fx the speed timed for its network (%.0f against %.0f img/s), beyond "
-        "%gx: timed in a slow spell. This CPU's %d cached figure(s) in %s are dropped: the next run times them again"
-        % (ratio, images_per_sec, probe["train"], SLOW_FIGURE_RATIO, dropped, path)
+        "speed probes: %s: timed in a slow spell. This CPU's %d cached figure(s) in %s are dropped: the next run "
+        "times them again" % (reason, dropped, path)
     )
+
+
+def slow_figure(hp, images_per_sec, here: str):
+    """Why the run's full-size speed ``images_per_sec`` on CPU ``here`` shows a figure it chose from slow, else
+    None. Its network's own figure (``hp.speed_probe``): timed, at ``SLOW_FIGURE_RATIO`` or more times below it;
+    estimated from the reference's timing, that times ``family.ESTIMATE_SPREAD``, an estimate's own error. A
+    member timed and not chosen (``hp.network_choice``): its figure that far below what the run's speed
+    estimates for it (a spell through both its timings left it out of every later choice). Only figures timed
+    on ``here``, and only a one-machine job judges: a cluster's steps are every worker's."""
+    probe = hp.speed_probe or {}
+    if not images_per_sec or not probe.get("train") or probe.get("cpu") != here or hp.num_workers != 1:
+        return None
+    beyond_estimate = SLOW_FIGURE_RATIO * family.ESTIMATE_SPREAD
+    limit = {"timed": SLOW_FIGURE_RATIO, family.ESTIMATED: beyond_estimate}.get(probe.get("how"))
+    ratio = images_per_sec / probe["train"]
+    if limit and ratio >= limit:
+        return "this run trained at %.2fx the speed %s for its network (%.0f against %.0f img/s), beyond %gx" % (
+            ratio,
+            probe["how"],
+            images_per_sec,
+            probe["train"],
+            round(limit, 2),
+        )
+    choice = hp.network_choice or {}
+    for candidate in choice.get("candidates", ()):
+        if candidate["speed"] != "timed" or candidate["member"] == choice["member"]:
+            continue
+        relative = family.estimated_rate(candidate["member"], 1.0, hp.precision)
+        expected = images_per_sec * relative / family.estimated_rate(choice["member"], 1.0, hp.precision)
+        if expected >= beyond_estimate * candidate["images_per_sec"]:
+            return (
+                "%s, not chosen, was timed at %.0f img/s, %.2fx below its estimate from this run's speed (%.0f), "
+                "beyond %gx"
+                % (
+                    candidate["member"],
+                    candidate["images_per_sec"],
+                    expected / candidate["images_per_sec"],
+                    expected,
+                    round(beyond_estimate, 2),
+                )
+            )
+    return None
 
 
 def _untimed_choice(hp):
