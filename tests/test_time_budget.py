@@ -869,8 +869,8 @@ def test_an_estimate_or_a_member_not_chosen_far_below_the_runs_own_speed_drops_t
     assert forget(chose_the_reference(380.0).replace(num_workers=2), 1000.0) is None
     assert forget(chose_the_reference(380.0), 1000.0) == (
         "speed probes: airbench94 x0.75, not chosen, was timed at 380 img/s, 1.58x below its estimate from this "
-        "run's speed (599), beyond 1.56x: timed in a slow spell. This CPU's 1 cached figure(s) in %s are dropped: "
-        "the next run times them again" % cache
+        "run's speed (599 img/s), beyond 1.56x: timed in a slow spell. This CPU's 1 cached figure(s) in %s are "
+        "dropped: the next run times them again" % cache
     )
     with open(cache) as f:
         assert json.load(f) == {}

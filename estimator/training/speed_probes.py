@@ -269,7 +269,7 @@ def slow_figure(hp, images_per_sec, here: str):
         expected = images_per_sec * relative / family.estimated_rate(choice["member"], 1.0, hp.precision)
         if expected >= beyond_estimate * candidate["images_per_sec"]:
             return (
-                "%s, not chosen, was timed at %.0f img/s, %.2fx below its estimate from this run's speed (%.0f), "
+                "%s, not chosen, was timed at %.0f img/s, %.2fx below its estimate from this run's speed (%.0f img/s), "
                 "beyond %gx"
                 % (
                     candidate["member"],
