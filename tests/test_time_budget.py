@@ -874,6 +874,21 @@ def test_an_estimate_or_a_member_not_chosen_far_below_the_runs_own_speed_drops_t
     )
     with open(cache) as f:
         assert json.load(f) == {}
+    # The reference timed in a spell and x0.25 chosen (a Zen 4 held to AVX2, fp32: x0.5's estimate from x0.25's
+    # 2,100 images/s is 2,100 x 67.4 / 20.7 x 0.8 = 806.2).
+    cache_a_figure()
+    choice = {
+        "member": "airbench94 x0.25",
+        "candidates": [
+            {"member": "airbench94 x0.25", "speed": "timed", "images_per_sec": 1984.0},
+            {"member": "airbench94 x0.5", "speed": "timed", "images_per_sec": 360.0},
+        ],
+    }
+    spelled = job.replace(precision="fp32", speed_probe=dict(probe, train=1984.0, how="timed"), network_choice=choice)
+    assert forget(spelled, 2100.0).startswith(
+        "speed probes: airbench94 x0.5, not chosen, was timed at 360 img/s, 2.24x below its estimate from this run's "
+        "speed (806 img/s), beyond 1.56x: timed in a slow spell."
+    )
 
 
 def test_a_runs_full_size_speed_is_the_median_of_its_intervals_trained_at_full_size():

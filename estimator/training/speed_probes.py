@@ -273,16 +273,15 @@ def _slow_own_figure(probe: dict, images_per_sec: float):
 
 
 def _slow_member(choice, images_per_sec: float, precision):
-    """A member timed and not chosen (``choice``: ``HParams.network_choice``) whose figure lies
-    ``SLOW_ESTIMATE_RATIO`` or more below its estimate from the run's speed: a spell
-    through both its timings would otherwise leave it out of every later choice."""
-    limit = SLOW_ESTIMATE_RATIO
+    """A member timed and not chosen (``choice``: ``HParams.network_choice``) whose figure lies ``SLOW_ESTIMATE_RATIO``
+    or more below its estimate from the run's speed: a spell through both its timings (the reference's too, where
+    another member was chosen) would otherwise leave it out of every later choice."""
     for candidate in (choice or {}).get("candidates", ()):
         if candidate["speed"] != "timed" or candidate["member"] == choice["member"]:
             continue
         relative = family.estimated_rate(candidate["member"], 1.0, precision)
         expected = images_per_sec * relative / family.estimated_rate(choice["member"], 1.0, precision)
-        if expected >= limit * candidate["images_per_sec"]:
+        if expected >= SLOW_ESTIMATE_RATIO * candidate["images_per_sec"]:
             return (
                 "%s, not chosen, was timed at %.0f img/s, %.2fx below its estimate from this run's speed (%.0f img/s), "
                 "beyond %gx"
@@ -291,7 +290,7 @@ def _slow_member(choice, images_per_sec: float, precision):
                     candidate["images_per_sec"],
                     expected / candidate["images_per_sec"],
                     expected,
-                    round(limit, 2),
+                    round(SLOW_ESTIMATE_RATIO, 2),
                 )
             )
     return None
