@@ -211,6 +211,8 @@ def build_hooks(hp: hparams_lib.HParams, stop=None) -> Hooks:
         after_eval.append(exporters.BestAccuracyExporter(hp))
     eval_hooks = [stop.eval_hook()] if stop is not None else []
     listeners = [time_budget.saving_listener(planner, logs.info)] if planner else []
+    if cluster.distributed and cluster.task_type == "chief" and hp.validates:
+        listeners.append(hooks.EvaluatorRelay(storage.join(hp.job_dir, "eval_" + fmt.VALIDATION), trial=cluster.trial))
     return Hooks(train_hooks, after_eval, speed, reporter, planner, eval_hooks, stop, listeners)
 
 
@@ -403,6 +405,8 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
     if hp.verbose:
         v1.logging.info("Resolved hyperparameters: %s", json.dumps(description, sort_keys=True))
     derived = description["derived"]
+    # The smoke job's check of a GPU image (docs/cloud.md): what TensorFlow found, said in its own words.
+    logs.info("tf.config.list_physical_devices('GPU'): %s", tf.config.list_physical_devices("GPU"))
     length = (
         "%d steps" % hp.train_steps
         if hp.train_steps

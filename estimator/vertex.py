@@ -194,16 +194,24 @@ def _job_config(kind: str, args, trainer_flags):
     )
     trainer_flags = vertex_job.job_args(trainer_flags, training_input, options.base_output_dir)
     machines = {k: v for k, v in training_input.items() if k != "hyperparameters"}
+    cluster_note = vertex_job.cluster_note(vertex_job.worker_pools(machines))
+    notes = [cluster_note] if cluster_note else []
     if kind == "custom-job":
-        return vertex_job.custom_job_spec(machines, trainer_flags, options), options, []
+        return vertex_job.custom_job_spec(machines, trainer_flags, options), options, notes
     from estimator.training import flags
 
+    if "resumePreviousJobId" in (training_input.get("hyperparameters") or {}):
+        raise spec_lib.SpecError(
+            "trainingInput.hyperparameters.resumePreviousJobId: a Vertex AI tuning job cannot continue another "
+            "(each HyperparameterTuningJob is a study of its own): remove it (python -m estimator.tune continues "
+            "a local study)."
+        )
     study_spec = spec_lib.study_spec(training_input, flags.flag_names())
-    trainer_flags, notes = _trial_flags(trainer_flags, machines, args.network_member)
+    trainer_flags, trial_notes = _trial_flags(trainer_flags, machines, args.network_member)
     trainer_flags, shared = _shared_probe_cache(trainer_flags, options.base_output_dir)
     trainer_flags = vertex_job.job_args(trainer_flags, machines, options.base_output_dir)
     config = vertex_study.hyperparameter_tuning_job(machines, study_spec, trainer_flags, args.display_name, options)
-    return config, options, notes + shared
+    return config, options, trial_notes + shared + notes
 
 
 def _pairs(values, flag: str) -> dict:
@@ -279,11 +287,18 @@ def _print_rehearsal(result) -> None:
     for variable, path in sorted(result.outputs.items()):
         print("%s=%s" % (variable, path))
     if result.metric:
-        reported = {k: v for k, v in result.metric.items() if k not in ("timestamp", "trial")}
-        print("Reported to Vertex AI: %s" % " ".join("%s=%s" % kv for kv in sorted(reported.items())))
+        for earlier in result.reports[:-1]:
+            print("Measurement: step %s %s" % (earlier.get("global_step"), _measured(earlier)))
+        print("Reported to Vertex AI: %s" % _measured(result.metric))
     else:
         print("Reported to Vertex AI: nothing (no cloudml-hypertune report from the chief)")
     print("The chief exited with %d." % result.exit_code)
+
+
+def _measured(report: dict) -> str:
+    return " ".join(
+        "%s=%s" % kv for kv in sorted(report.items()) if kv[0] not in ("timestamp", "trial") and kv[1] != ""
+    )
 
 
 def _best_args_parser() -> argparse.ArgumentParser:

@@ -145,6 +145,21 @@ ML_SCHEMAS = _discovery_schemas("ml.v1")
 AIPLATFORM_SCHEMAS = _discovery_schemas("aiplatform.v1")
 
 
+def google_type_errors(config: dict) -> list:
+    """[] when Google's own Vertex AI types (the client library's ``aiplatform_v1``) take CONFIG as gcloud
+    sends it: a ``HyperparameterTuningJob`` (with a ``trialJobSpec``) or a ``CustomJobSpec``; else the parse
+    error (an unknown field, a bad enum value or a wrong type)."""
+    from google.cloud.aiplatform_v1 import types
+    from google.protobuf import json_format
+
+    kind = types.HyperparameterTuningJob if "trialJobSpec" in config else types.CustomJobSpec
+    try:
+        json_format.ParseDict(config, kind.pb(kind()))
+    except json_format.ParseError as e:
+        return [str(e)]
+    return []
+
+
 def check(value, schema, path="", errors=None, schemas=ML_SCHEMAS):
     """Validates ``value`` against a discovery-document schema; returns the errors.
 

@@ -56,7 +56,8 @@ def test_the_validator_catches_mistakes():
 def test_cluster_config_uses_parameter_servers_and_gpus():
     spec = training_input("cmle_config.yaml")
     assert int(spec["parameterServerCount"]) >= 1 and int(spec["workerCount"]) >= 1
-    counts = {spec[r]["acceleratorConfig"]["count"] for r in ("masterConfig", "workerConfig")}
+    counts = {spec[r]["acceleratorConfig"]["count"] for r in ("masterConfig", "workerConfig", "evaluatorConfig")}
+    assert int(spec["evaluatorCount"]) == 1  # validations while it trains: a chief only trains
     assert counts == {2}  # the README's command passes --num-gpus 2
     assert "complex_model_m_gpu" in open(os.path.join(REPO, "cmle_config.yaml")).read()
 

@@ -89,8 +89,13 @@ def test_a_one_machine_spot_job_of_a_recipe_trains_where_vertex_ai_says(mini_rec
 
 
 @pytest.mark.slow
-def test_a_parameter_server_cluster_trains_and_its_chief_reports(mini_records, tmp_path):
-    """cmle_config.yaml's shape (a master, workers, a parameter server) on CPU machines."""
+def test_a_trial_on_a_parameter_server_cluster_validates_while_it_trains_and_reports_each_validation(
+    mini_records, tmp_path
+):
+    """cmle_config.yaml's shape (a chief, workers, a parameter server, an evaluator) on CPU machines, as a trial
+    of a study: on Vertex AI the chief only trains (TensorFlow's run_chief), so the evaluator validates each
+    new checkpoint, export/best is chosen from those validations, and the chief reports each of them to the
+    tuning service (and its own last one), as the legacy master did."""
     config_yaml = tmp_path / "cluster.yaml"
     machines = {
         "scaleTier": "CUSTOM",
@@ -99,24 +104,36 @@ def test_a_parameter_server_cluster_trains_and_its_chief_reports(mini_records, t
         "workerCount": 1,
         "parameterServerType": "n1-highmem-8",
         "parameterServerCount": 1,
+        "evaluatorType": "n1-standard-4",
+        "evaluatorCount": 1,
+        "hyperparameters": {
+            "goal": "MAXIMIZE",
+            "hyperparameterMetricTag": "accuracy",
+            "maxTrials": 2,
+            "params": [{"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.02, "maxValue": 0.2}],
+        },
     }
     config_yaml.write_text(yaml.safe_dump({"trainingInput": machines}))
-    trainer = SMALL_AIRBENCH + [
-        "--train-steps",
-        "12",
-        "--data-dir",
-        BUCKET + "/cifar-10-data",
-        "--health-checks",
-        "off",
-    ]
-    config = write(tmp_path, "custom-job", str(config_yaml), "--base-output-dir", BUCKET + "/jobs/ps", trainer=trainer)
-    code, out, bucket = local_run(tmp_path, config, mini_records)
+    trainer = SMALL_AIRBENCH + ["--train-steps", "300", "--save-checkpoints-steps", "50", "--eval-throttle-secs", "1"]
+    trainer += ["--data-dir", BUCKET + "/cifar-10-data", "--health-checks", "off"]
+    config = write(tmp_path, "hp-tuning-job", str(config_yaml), "--base-output-dir", BUCKET + "/s", trainer=trainer)
+    code, out, bucket = local_run(tmp_path, config, mini_records, "--trial", "3")
     assert code == 0, out[-3000:]
-    assert "[ps/0]" in out and "[worker/0]" in out
-    metric = reported(out)
-    assert 0 <= float(metric["accuracy"]) <= 1 and int(metric["global_step"]) >= 12
-    hp = json.load(open(os.path.join(bucket, "jobs", "ps", "checkpoints", "hparams.json")))["hparams"]
+    assert "[ps/0]" in out and "[worker/0]" in out and "[evaluator/0]" in out
+    job_dir = os.path.join(bucket, "s", "3", "checkpoints")
+    hp = json.load(open(os.path.join(job_dir, "hparams.json")))["hparams"]
     assert set(hp["cluster"]["spec"]) == {"chief", "worker", "ps"} and hp["num_workers"] == 2
+    # The evaluator's validations, during training: TensorBoard's eval_validation has a point before the end.
+    from tests.helpers import events
+
+    steps = sorted({step for step, _ in events(os.path.join(job_dir, "eval_validation")).get("accuracy", [])})
+    assert len(steps) >= 2 and steps[0] < 300, steps
+    relayed = [line for line in out.splitlines() if "[validation, by the evaluator]" in line and "[chief/0]" in line]
+    measured = [line for line in out.splitlines() if line.startswith(("Measurement: step", "Reported to Vertex AI"))]
+    assert relayed and len(measured) >= 2, out[-3000:]
+    metric = reported(out)
+    assert 0 <= float(metric["accuracy"]) <= 1 and int(metric["global_step"]) >= 300
+    assert os.listdir(os.path.join(job_dir, "export", "best"))
 
 
 @pytest.mark.slow
@@ -191,6 +208,13 @@ def test_an_engine_runs_the_image_itself_with_vertex_ai_s_command_variables_and_
         + ["--volume", "/m/b:/m/b", "--volume", "/w:/w", IMAGE, "-m", "estimator.cifar10_main"]
         + ["--data-dir=/m/b/d", "--recipe", "cpu_5min", "--lr=0.1"]
     )
+    # A pool with GPUs gets them: Docker's --gpus, Podman's CDI devices of the NVIDIA Container Toolkit.
+    gpu_pool = dict(pool, machineSpec={"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4"})
+    gpu_pool["machineSpec"]["acceleratorCount"] = 2
+    docker = rehearsal._command(gpu_pool, {}, {"gs://b": "/m/b"}, [], "docker", [])
+    assert docker[:9] == ["docker", "run", "--rm", "--network", "host", "--entrypoint", "python", "--gpus", "2"]
+    podman = rehearsal._command(gpu_pool, {}, {"gs://b": "/m/b"}, [], "/usr/bin/podman", [])
+    assert podman[7:11] == ["--device", "nvidia.com/gpu=0", "--device", "nvidia.com/gpu=1"]
     # An image --image names runs as that Python, engine or not.
     assert rehearsal._command(pool, {IMAGE: "/py"}, {"gs://b": "/m/b"}, [], "docker", [])[:3] == [
         "/py",

@@ -11,7 +11,7 @@ from estimator import vertex as vertex_cli
 from estimator.cloud import rehearsal
 from estimator.networks import family
 from estimator.tuning import spec as spec_lib
-from tests.helpers import AIPLATFORM_SCHEMAS, REPO, check
+from tests.helpers import AIPLATFORM_SCHEMAS, REPO, check, google_type_errors
 
 PACKAGE = "gs://bucket/packages/cifar10-resnet-estimator-0.3.0.tar.gz"
 IMAGE = "us-central1-docker.pkg.dev/p/r/cifar10-estimator:gpu"
@@ -25,9 +25,10 @@ def generate(tmp_path, *argv):
     at = argv.index("--") if "--" in argv else len(argv)
     code = vertex_cli.main(argv[:at] + ["--output", out] + argv[at:])
     config = yaml.safe_load(open(out)) if code == 0 else None
-    if config is not None:  # what gcloud's own check of a --config file asks of every pool
+    if config is not None:  # what gcloud's own check of a --config file asks of every pool, and Google's types
         job = config.get("trialJobSpec", config)
         rehearsal.check_pools(job["workerPoolSpecs"])
+        assert google_type_errors(config) == []
     return code, config
 
 
@@ -39,15 +40,12 @@ def test_custom_job_from_cmle_config_runs_the_packages_container(tmp_path, capsy
     code, job = generate(tmp_path, "custom-job", "--config", REPO + "/cmle_config.yaml", *OUT, "--", *TRAINER)
     assert code == 0
     assert schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
-    chief, workers, ps = job["workerPoolSpecs"]
-    assert chief["machineSpec"] == {
-        "machineType": "n1-standard-16",
-        "acceleratorType": "NVIDIA_TESLA_T4",
-        "acceleratorCount": 2,
-    }
-    assert (chief["replicaCount"], workers["replicaCount"], ps["replicaCount"]) == ("1", "2", "1")
+    chief, workers, ps, evaluator = job["workerPoolSpecs"]
+    two_t4s = {"machineType": "n1-standard-16", "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 2}
+    assert chief["machineSpec"] == two_t4s == evaluator["machineSpec"]
+    assert [p["replicaCount"] for p in (chief, workers, ps, evaluator)] == ["1", "2", "1", "1"]
     assert ps["machineSpec"] == {"machineType": "n1-highmem-8"}
-    for pool in (chief, workers, ps):
+    for pool in (chief, workers, ps, evaluator):
         assert pool["containerSpec"] == {
             "imageUri": IMAGE,
             "command": ["python", "-m", "estimator.cifar10_main"],
@@ -106,9 +104,21 @@ def test_every_field_of_the_yaml_is_written_or_refused(tmp_path, capsys):
         "args": ["--train-steps", "50"],
         "serviceAccount": "trainer@p.iam.gserviceaccount.com",
         "network": "projects/123/global/networks/vpc",
-        "scheduling": {"maxRunningTime": "7200s", "maxWaitTime": "600s"},
+        "scheduling": {"maxRunningTime": "7200s"},
         "useChiefInTfConfig": True,
         "pythonModule": "estimator.cifar10_main",
+        "masterConfig": {
+            "containerCommand": ["python", "-m", "estimator.cifar10_main"],
+            "containerArgs": ["--seed", "3"],
+            "diskConfig": {"bootDiskType": "pd-standard", "bootDiskSizeGb": 200},
+        },
+        "workerType": "n1-standard-8",
+        "workerCount": 1,
+        "workerConfig": {"imageUri": IMAGE + "-worker"},
+        "parameterServerType": "n1-highmem-8",
+        "parameterServerCount": 1,
+        "evaluatorType": "n1-standard-8",
+        "evaluatorCount": 1,
     }
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"trainingInput": fields}))
@@ -117,15 +127,27 @@ def test_every_field_of_the_yaml_is_written_or_refused(tmp_path, capsys):
     cpu = ["--data-dir=gs://b/d", "--num-gpus=0"]
     code, job = generate(tmp_path, "custom-job", "--config", str(config), *image, "--", *cpu)
     assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
-    assert job["workerPoolSpecs"][0]["containerSpec"]["args"] == ["--train-steps", "50"] + cpu
+    chief, worker, ps, evaluator = job["workerPoolSpecs"]
+    assert chief["containerSpec"]["args"] == ["--train-steps", "50"] + cpu + ["--seed", "3"]
+    assert chief["diskSpec"] == {"bootDiskType": "pd-standard", "bootDiskSizeGb": 200} and "diskSpec" not in worker
+    assert [p["containerSpec"]["imageUri"] for p in (chief, worker, ps, evaluator)] == [IMAGE, IMAGE + "-worker"] + [
+        IMAGE
+    ] * 2
+    assert evaluator["containerSpec"]["args"] == ["--train-steps", "50"] + cpu
     assert job["baseOutputDirectory"] == {"outputUriPrefix": "gs://b/jobs/from-yaml"}
     assert (job["serviceAccount"], job["network"], job["tensorboard"]) == (
         fields["serviceAccount"],
         fields["network"],
         tensorboard,
     )
-    assert job["scheduling"] == {"timeout": "7200s", "maxWaitDuration": "600s"}
-    assert "--region europe-west4" in capsys.readouterr().out
+    assert job["scheduling"] == {"timeout": "7200s"}
+    out = capsys.readouterr().out
+    assert "--region europe-west4" in out and "no evaluator" not in out
+    # The job's image from masterConfig.imageUri alone.
+    alone = {"scaleTier": "CUSTOM", "masterType": "n1-standard-8", "masterConfig": {"imageUri": IMAGE}}
+    config.write_text(yaml.safe_dump({"trainingInput": alone}))
+    code, job = generate(tmp_path, "custom-job", "--config", str(config), "--base-output-dir", "gs://b/j", "--", *cpu)
+    assert code == 0 and job["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == IMAGE
     refusals = [
         ({"runtimeVersion": "2.11"}, "runtimeVersion '2.11' is legacy AI Platform's runtime"),
         ({"pythonVersion": "3.7"}, "pythonVersion '3.7' is legacy"),
@@ -134,6 +156,21 @@ def test_every_field_of_the_yaml_is_written_or_refused(tmp_path, capsys):
         ({"pythonModule": "trainer.task"}, "pythonModule 'trainer.task': the trainer is estimator.cifar10_main"),
         ({"packageUris": [PACKAGE]}, "--image-uri runs the container's own package"),
         ({"network": "vpc"}, "must be projects/PROJECT_NUMBER/global/networks/NAME"),
+        ({"scheduling": {"maxWaitTime": "600s"}}, "maxWaitTime has no Vertex AI equivalent: its maxWaitDuration"),
+        ({"masterConfig": {"containerCommand": ["python", "task.py"]}}, "every pool runs the trainer"),
+        ({"masterConfig": {"tpuTfVersion": "2.15"}}, "masterConfig.tpuTfVersion: the trainer's towers are GPUs"),
+        ({"workerConfig": {"typo": 1}}, "trainingInput.workerConfig: unknown field typo"),
+        ({"masterConfig": {"diskConfig": {"size": 1}}}, "diskConfig: unknown field size"),
+        (
+            {"masterConfig": {"imageUri": IMAGE + "-other"}},
+            "--image-uri %r and trainingInput.masterConfig.imageUri" % IMAGE,
+        ),
+        ({"evaluatorCount": 2}, "evaluatorCount 2: TensorFlow runs one evaluator (task index 0; it refuses index 1)"),
+        (
+            {"masterConfig": {"acceleratorConfig": {"type": "NVIDIA_T4", "count": 1}}},
+            "type 'NVIDIA_T4' is not one of Vertex AI's GPUs (aiplatform.v1 AcceleratorType), e.g. NVIDIA_TESLA_T4",
+        ),
+        ({"masterConfig": {"acceleratorConfig": {"type": "TPU_V3", "count": 8}}}, "'TPU_V3' is not one of"),
     ]
     for change, message in refusals:
         config.write_text(yaml.safe_dump({"trainingInput": dict(fields, **change)}))
@@ -151,6 +188,33 @@ def test_every_field_of_the_yaml_is_written_or_refused(tmp_path, capsys):
     config.write_text(yaml.safe_dump({"trainingInput": fields}))
     code, _ = generate(tmp_path, "custom-job", "--config", str(config), *image, "--", *cpu)
     assert code == 2 and "--tensorboard needs --service-account" in capsys.readouterr().err
+    # TensorBoard streams AIP_TENSORBOARD_LOG_DIR, which Vertex AI sets only with a base output directory.
+    del fields["jobDir"]
+    config.write_text(yaml.safe_dump({"trainingInput": fields}))
+    account = ["--service-account", "t@p.iam.gserviceaccount.com"]
+    code, _ = generate(
+        tmp_path, "custom-job", "--config", str(config), *image, *account, "--", *cpu, "--job-dir=gs://b/j"
+    )
+    assert code == 2 and "--tensorboard needs --base-output-dir gs://BUCKET/jobs/NAME" in capsys.readouterr().err
+    # A cluster without an evaluator is written, with the line that says what it loses.
+    for role in ("evaluatorType", "evaluatorCount"):
+        del fields[role]
+    config.write_text(yaml.safe_dump({"trainingInput": fields}))
+    code, _ = generate(
+        tmp_path, "custom-job", "--config", str(config), "--image-uri", IMAGE, "--", *cpu, "--job-dir=gs://b/j"
+    )
+    out = capsys.readouterr().out
+    assert (
+        code == 0 and "note: this cluster has no evaluator: on Vertex AI worker pool 0 is a chief, which only " in out
+    )
+    # A tuning job cannot resume another on Vertex AI.
+    study = yaml.safe_load(open(REPO + "/hptuning_config.yaml"))
+    study["trainingInput"]["hyperparameters"]["resumePreviousJobId"] = "study-1"
+    config.write_text(yaml.safe_dump(study))
+    code, _ = generate(tmp_path, "hp-tuning-job", "--config", str(config), *OUT, "--", *TRAINER[:1], "--num-gpus=1")
+    assert (
+        code == 2 and "resumePreviousJobId: a Vertex AI tuning job cannot continue another" in capsys.readouterr().err
+    )
 
 
 def test_a_job_that_would_stop_at_start_up_is_refused_before_it_is_written(tmp_path, capsys):
@@ -236,6 +300,27 @@ def test_every_parameter_type_maps_to_its_value_spec(tmp_path):
     assert categorical["categoricalValueSpec"] == {"values": ["cosine", "onecycle"]}
     assert job["maxFailedTrialCount"] == 0  # the service decides, as maxFailedTrials 0 meant
     assert job["trialJobSpec"]["workerPoolSpecs"][0]["machineSpec"] == {"machineType": "n1-standard-4"}
+
+
+def test_the_gpus_written_are_those_of_google_s_own_accelerator_type_and_its_types_catch_mistakes():
+    """vertex_job.GPU_TYPES is aiplatform.v1's AcceleratorType less its TPUs; and Google's types, which every
+    config written here is parsed with, refuse what Vertex AI would."""
+    from google.cloud.aiplatform_v1.types import AcceleratorType
+
+    from estimator.cloud import vertex_job
+    from tests.helpers import google_type_errors
+
+    names = [t.name for t in AcceleratorType if t.name != "ACCELERATOR_TYPE_UNSPECIFIED"]
+    assert list(vertex_job.GPU_TYPES) == [n for n in names if not n.startswith("TPU_")]
+    pool = {"machineSpec": {"machineType": "n1-standard-8"}, "replicaCount": "1", "containerSpec": {"imageUri": "i"}}
+    assert google_type_errors({"workerPoolSpecs": [pool]}) == []
+    for change, fragment in [
+        ({"machineSpec": {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_T4"}}, "NVIDIA_T4"),
+        ({"diskConfig": {"bootDiskSizeGb": 100}}, "diskConfig"),
+        ({"replicaCount": "two"}, "replicaCount"),
+    ]:
+        [error] = google_type_errors({"workerPoolSpecs": [dict(pool, **change)]})
+        assert fragment in error, change
 
 
 def test_the_schema_check_catches_mistakes():
@@ -374,13 +459,17 @@ def documented_commands():
     import shlex
 
     text = open(REPO + "/docs/cloud.md").read()
-    commands = []
+    lines = []
     for block in re.findall(r"```sh\n(.*?)```", text, re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("  #")[0].strip()
-            if line.startswith("python -m estimator.vertex "):
-                words = shlex.split(line.replace("$IMAGE", IMAGE.rsplit(":", 1)[0]).replace("$BUCKET", "bucket"))
-                commands.append(words[3:])
+        lines += [line.split("  #")[0].strip() for line in block.replace("\\\n", " ").splitlines()]
+    # Inline commands of the prose too: every one that writes a job.
+    lines += re.findall(r"`(python -m estimator\.vertex (?:custom-job|hp-tuning-job) [^`]*)`", text)
+    commands = []
+    for line in lines:
+        if line.startswith("python -m estimator.vertex "):
+            words = shlex.split(line.replace("$IMAGE", IMAGE.rsplit(":", 1)[0]).replace("$BUCKET", "bucket"))
+            words = [w.replace("$SA", "cifar10-trainer@p.iam.gserviceaccount.com") for w in words]
+            commands.append(words[3:])
     return commands
 
 
@@ -399,6 +488,7 @@ def test_every_vertex_command_of_the_docs_writes_a_valid_config(tmp_path, capsys
         written = yaml.safe_load(open(out))
         name = "HyperparameterTuningJob" if command[0] == "hp-tuning-job" else "CustomJobSpec"
         assert schema_errors(written, "GoogleCloudAiplatformV1" + name) == [], command
+        assert google_type_errors(written) == [], command
         rehearsal.check_pools(written.get("trialJobSpec", written)["workerPoolSpecs"])
 
 

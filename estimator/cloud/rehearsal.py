@@ -44,6 +44,7 @@ class Rehearsal:
     outputs: dict  # AIP_* variable -> the local directory it pointed to
     metric: dict  # the chief's last cloudml-hypertune report ({} if none)
     log: str  # the chief's output
+    reports: list = ()  # every cloudml-hypertune report of the chief, in order
 
 
 def check_pools(pools) -> None:
@@ -132,7 +133,8 @@ def _command(pool: dict, images: dict, mapping: dict, trial_args, engine=None, m
             command[0] = images[image]
         return command + args
     if engine and "containerSpec" in pool:
-        return _in_container(engine, image, command, mounts) + args
+        gpus = int((pool.get("machineSpec") or {}).get("acceleratorCount", 0))
+        return _in_container(engine, image, command, mounts, gpus) + args
     raise spec_lib.SpecError(
         "the image %s is not mapped: name the Python that stands for it here with --image %s=PYTHON (an "
         "environment with the package installed, e.g. .venv/bin/python)%s."
@@ -140,12 +142,18 @@ def _command(pool: dict, images: dict, mapping: dict, trial_args, engine=None, m
     )
 
 
-def _in_container(engine: str, image: str, command, mounts) -> list:
+def _in_container(engine: str, image: str, command, mounts, gpus: int = 0) -> list:
     """``ENGINE run`` of IMAGE as Vertex AI runs a ``containerSpec``: its command in place of the image's
     ENTRYPOINT, the host's network (the cluster's addresses are on 127.0.0.1), the variables of
     ``TASK_VARIABLES`` by name (the engine takes their values from its own environment, which the cluster sets
-    for each task), and MOUNTS (the mapped directories and the rehearsal's own) at their own paths."""
+    for each task), MOUNTS (the mapped directories and the rehearsal's own) at their own paths, and the pool's
+    GPUS (Docker's ``--gpus``; Podman's CDI devices, from the NVIDIA Container Toolkit)."""
     argv = [engine, "run", "--rm", "--network", "host", "--entrypoint", command[0]]
+    if gpus and os.path.basename(engine) == "podman":
+        for index in range(gpus):
+            argv += ["--device", "nvidia.com/gpu=%d" % index]
+    elif gpus:
+        argv += ["--gpus", str(gpus)]
     for name in TASK_VARIABLES:
         argv += ["--env", name]
     for path in mounts:
@@ -279,13 +287,13 @@ def rehearse(
     cluster.task_env = _task_environment(cluster, counts, outputs, trial_id, site, work_dir)
     if site:  # as in the image: the package comes from what pip installed, not from a source tree here
         cluster.cwd = work_dir
-    code, metric = _run_replicas(cluster, work_dir, timeout)
-    return Rehearsal(code, trial_id, outputs, metric, cluster.task("chief").log())
+    code, reports = _run_replicas(cluster, work_dir, timeout)
+    return Rehearsal(code, trial_id, outputs, reports[-1] if reports else {}, cluster.task("chief").log(), reports)
 
 
 def _run_replicas(cluster: LocalCluster, work_dir: str, timeout: float):
-    """``(the chief's exit code, the last metric it reported through cloudml-hypertune, or {})`` once the
-    replicas ran to their end (or ``timeout`` stopped them)."""
+    """``(the chief's exit code, every metric it reported through cloudml-hypertune)`` once the replicas ran
+    to their end (or ``timeout`` stopped them)."""
     os.makedirs(work_dir, exist_ok=True)
     cluster.start()
     try:
@@ -295,4 +303,4 @@ def _run_replicas(cluster: LocalCluster, work_dir: str, timeout: float):
         code = cluster.task("chief").process.returncode or 1
     metrics = os.path.join(work_dir, "chief-0", METRIC_FILE)
     lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
-    return code, json.loads(lines[-1]) if lines else {}
+    return code, [json.loads(line) for line in lines if line.strip()]

@@ -11,6 +11,7 @@ strings. Command line: ``python -m estimator.vertex custom-job``.
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ LEGACY_MACHINES = {
     "complex_model_l": ("n1-highcpu-32", None, 0),
     "standard_gpu": ("n1-standard-8", "NVIDIA_TESLA_T4", 1),
     "complex_model_m_gpu": ("n1-standard-16", "NVIDIA_TESLA_T4", 4),
-    "complex_model_l_gpu": ("n1-standard-32", "NVIDIA_TESLA_T4", 8),
+    "complex_model_l_gpu": ("n1-standard-32", "NVIDIA_TESLA_T4", 4),  # an N1 machine takes at most 4 T4s
     "standard_p100": ("n1-standard-8", "NVIDIA_TESLA_P100", 1),
     "complex_model_m_p100": ("n1-standard-16", "NVIDIA_TESLA_P100", 4),
     "standard_v100": ("n1-standard-8", "NVIDIA_TESLA_V100", 1),
@@ -75,9 +76,38 @@ JOB_FIELDS = (
     "pythonVersion",
 )
 MACHINE_FIELDS = tuple(key for pool in POOLS for key in pool[1:] if key)
+# A pool's config (ml.v1 ReplicaConfig): each field written into its worker pool spec, or refused.
+POOL_CONFIG_FIELDS = (
+    "acceleratorConfig",
+    "imageUri",
+    "containerCommand",
+    "containerArgs",
+    "diskConfig",
+    "tpuTfVersion",
+)
+DISK_FIELDS = ("bootDiskType", "bootDiskSizeGb")
+# The GPUs of aiplatform.v1's AcceleratorType (tests/test_vertex.py holds this to Google's own enum); TPUs run
+# no Estimator tower of this package.
+GPU_TYPES = (
+    "NVIDIA_TESLA_K80",
+    "NVIDIA_TESLA_P100",
+    "NVIDIA_TESLA_V100",
+    "NVIDIA_TESLA_P4",
+    "NVIDIA_TESLA_T4",
+    "NVIDIA_TESLA_A100",
+    "NVIDIA_A100_80GB",
+    "NVIDIA_L4",
+    "NVIDIA_H100_80GB",
+    "NVIDIA_H100_MEGA_80GB",
+    "NVIDIA_H200_141GB",
+    "NVIDIA_B200",
+    "NVIDIA_GB200",
+    "NVIDIA_RTX_PRO_6000",
+)
 SCALE_TIERS = {"BASIC": "n1-standard-4", "CUSTOM": None}
-# trainingInput.scheduling (ml.v1) to Vertex AI's Scheduling (aiplatform.v1).
-LEGACY_SCHEDULING = {"maxRunningTime": "timeout", "maxWaitTime": "maxWaitDuration"}
+# trainingInput.scheduling (ml.v1) to Vertex AI's Scheduling (aiplatform.v1). maxWaitTime has no equivalent:
+# Vertex AI's maxWaitDuration applies only to the FLEX_START strategy.
+LEGACY_SCHEDULING = {"maxRunningTime": "timeout"}
 TENSORBOARD_NAME = re.compile(r"^projects/[^/]+/locations/[^/]+/tensorboards/[^/]+$")
 NETWORK_NAME = re.compile(r"^projects/[^/]+/global/networks/[^/]+$")
 
@@ -180,15 +210,21 @@ def _schedule(training_input: dict, given: dict):
     """The flags' ``Scheduling`` with trainingInput.scheduling's fields in Vertex AI's names."""
     schedule = dict(given.get("schedule") or {})
     legacy = dict(training_input.get("scheduling") or {})
+    if "maxWaitTime" in legacy:
+        raise spec_lib.SpecError(
+            "trainingInput.scheduling.maxWaitTime has no Vertex AI equivalent: its maxWaitDuration applies only "
+            "to FLEX_START jobs, and a job of on-demand or Spot VMs waits QUEUED until quota allows (gcloud ai "
+            "custom-jobs cancel ends it): remove it."
+        )
     for key in sorted(set(legacy) - set(LEGACY_SCHEDULING)):
         raise spec_lib.SpecError(
-            "trainingInput.scheduling.%s has no Vertex AI equivalent (Scheduling takes timeout and "
-            "maxWaitDuration, from maxRunningTime and maxWaitTime): remove it." % key
+            "trainingInput.scheduling.%s has no Vertex AI equivalent (Scheduling takes timeout, from "
+            "maxRunningTime): remove it." % key
         )
-    for key, field in LEGACY_SCHEDULING.items():
-        if key in legacy:
-            flag = "--timeout" if field == "timeout" else field
-            schedule[field] = _one(flag, schedule.get(field), legacy[key], "scheduling." + key)
+    if "maxRunningTime" in legacy:
+        schedule["timeout"] = _one(
+            "--timeout", schedule.get("timeout"), legacy["maxRunningTime"], "scheduling.maxRunningTime"
+        )
     return schedule or None
 
 
@@ -225,13 +261,22 @@ def job_options(training_input: dict, **given) -> JobOptions:
       SpecError: naming the field or flag and the fix.
     """
     _refuse_legacy_fields(training_input)
+    master_image = (training_input.get("masterConfig") or {}).get("imageUri")
+    given = dict(given, image_uri=_one("--image-uri", given.get("image_uri"), master_image, "masterConfig.imageUri"))
     image, executor, packages = _software(training_input, given)
     account, network, tensorboard = _identity(training_input, given)
+    base_output_dir = _one("--base-output-dir", given.get("base_output_dir"), training_input.get("jobDir"), "jobDir")
+    if tensorboard and not base_output_dir:
+        raise spec_lib.SpecError(
+            "--tensorboard needs --base-output-dir gs://BUCKET/jobs/NAME: Vertex AI sets AIP_TENSORBOARD_LOG_DIR, "
+            "the directory it streams to the instance, only for a job with a base output directory (--job-dir "
+            "alone would leave the instance empty)."
+        )
     return JobOptions(
         image_uri=image,
         executor_image_uri=executor,
         package_uris=packages,
-        base_output_dir=_one("--base-output-dir", given.get("base_output_dir"), training_input.get("jobDir"), "jobDir"),
+        base_output_dir=base_output_dir,
         schedule=_schedule(training_input, given),
         service_account=account,
         network=network,
@@ -252,12 +297,74 @@ def _machine_spec(role: str, machine_type: str, config: dict) -> dict:
     spec = {"machineType": machine_type}
     accelerator = (config or {}).get("acceleratorConfig")
     if accelerator:
-        if accelerator.get("type") in (None, "ACCELERATOR_TYPE_UNSPECIFIED") or int(accelerator.get("count", 0)) < 1:
-            raise spec_lib.SpecError(
-                "trainingInput.%sConfig.acceleratorConfig needs a type and a count >= 1, got %r." % (role, accelerator)
+        where = "trainingInput.%sConfig.acceleratorConfig" % _config_name(role)
+        kind = accelerator.get("type")
+        if kind in (None, "ACCELERATOR_TYPE_UNSPECIFIED") or int(accelerator.get("count", 0)) < 1:
+            raise spec_lib.SpecError("%s needs a type and a count >= 1, got %r." % (where, accelerator))
+        if kind not in GPU_TYPES:
+            model = str(kind).rsplit("_", 1)[-1]  # NVIDIA_T4: the T4 is NVIDIA_TESLA_T4
+            near = [t for t in GPU_TYPES if t.endswith("_" + model)] or difflib.get_close_matches(
+                str(kind), GPU_TYPES, 1
             )
-        spec.update(acceleratorType=accelerator["type"], acceleratorCount=int(accelerator["count"]))
+            raise spec_lib.SpecError(
+                "%s.type %r is not one of Vertex AI's GPUs (aiplatform.v1 AcceleratorType)%s: gcloud and Vertex AI "
+                "would refuse the job; give one of %s."
+                % (where, kind, ", e.g. %s" % near[0] if near else "", ", ".join(GPU_TYPES))
+            )
+        spec.update(acceleratorType=kind, acceleratorCount=int(accelerator["count"]))
     return spec
+
+
+def _config_name(role: str) -> str:
+    return "parameterServer" if role == "ps" else role
+
+
+def pool_software(training_input: dict, role: str) -> dict:
+    """What a pool's config (masterConfig ... evaluatorConfig) adds to its worker pool spec: ``{"image_uri":
+    the pool's own image, "args": arguments after the job's, "diskSpec": Vertex AI's boot disk}``, each only
+    where given; a field with no Vertex AI equivalent for the trainer is refused.
+
+    Raises:
+      SpecError: naming the field and the fix.
+    """
+    config = training_input.get(_config_name(role) + "Config") or {}
+    where = "trainingInput.%sConfig" % _config_name(role)
+    unknown = sorted(set(config) - set(POOL_CONFIG_FIELDS))
+    if unknown:
+        raise spec_lib.SpecError("%s: unknown field %s." % (where, unknown[0]))
+    if "tpuTfVersion" in config:
+        raise spec_lib.SpecError("%s.tpuTfVersion: the trainer's towers are GPUs or CPUs, not TPUs: remove it." % where)
+    command = config.get("containerCommand")
+    if command is not None and list(command) != ["python", "-m", MODULE]:
+        raise spec_lib.SpecError(
+            "%s.containerCommand %r: every pool runs the trainer, python -m %s, which the job writes: remove it "
+            "(give the trainer's flags after --, or a pool's own in containerArgs)." % (where, command, MODULE)
+        )
+    out = {}
+    if config.get("imageUri"):
+        out["image_uri"] = config["imageUri"]
+    if config.get("containerArgs"):
+        out["args"] = [str(a) for a in config["containerArgs"]]
+    disk = config.get("diskConfig")
+    if disk:
+        bad = sorted(set(disk) - set(DISK_FIELDS))
+        if bad:
+            raise spec_lib.SpecError("%s.diskConfig: unknown field %s (it takes %s)." % (where, bad[0], DISK_FIELDS))
+        out["diskSpec"] = {k: (int(v) if k == "bootDiskSizeGb" else v) for k, v in disk.items()}
+    return out
+
+
+def cluster_note(pools):
+    """One line for a ps/worker cluster with no evaluator: on Vertex AI pool 0 is a chief, which only trains
+    (TensorFlow's train_and_evaluate), so nothing validates until the end; None otherwise."""
+    roles = {role for role, _, _ in pools}
+    if roles & {"worker", "ps"} and "evaluator" not in roles:
+        return (
+            "this cluster has no evaluator: on Vertex AI worker pool 0 is a chief, which only trains, so the job "
+            "validates once, at its end (one point in TensorBoard, export/best from it, one tuning report): add "
+            "evaluatorType and evaluatorCount: 1 (cmle_config.yaml does) to validate after each checkpoint"
+        )
+    return None
 
 
 def worker_pools(training_input: dict):
@@ -286,6 +393,11 @@ def worker_pools(training_input: dict):
             raise spec_lib.SpecError("trainingInput.masterType is required with scaleTier CUSTOM.")
         if count and not machine_type:
             raise spec_lib.SpecError("trainingInput.%s is %d but %s is missing." % (count_key, count, type_key))
+        if role == "evaluator" and count > 1:
+            raise spec_lib.SpecError(
+                "trainingInput.evaluatorCount %d: TensorFlow runs one evaluator (task index 0; it refuses index 1): "
+                "give evaluatorCount: 1." % count
+            )
         if machine_type and count:
             pools.append((role, count, _machine_spec(role, machine_type, training_input.get(config_key))))
     order = [role for role, _, _, _ in POOLS]
@@ -395,7 +507,8 @@ def job_args(trainer_args, training_input: dict, base_output_dir: str = None) ->
     _check_output_places(seen, base_output_dir)
     for role, _, machine in pools:
         if role != "ps":
-            parse_trainer_flags(seen, job_cluster(pools, role), int(machine.get("acceleratorCount", 0)))
+            own = pool_software(training_input, role).get("args", [])
+            parse_trainer_flags(seen + own, job_cluster(pools, role), int(machine.get("acceleratorCount", 0)))
     return args
 
 
@@ -468,20 +581,26 @@ def custom_job_spec(training_input: dict, trainer_args, options: JobOptions) -> 
       options: ``job_options``: the container (or executor image and sdist), outputs, schedule, identity.
     """
     specs = []
-    for _, count, machine in worker_pools(training_input):
+    for role, count, machine in worker_pools(training_input):
+        own = pool_software(training_input, role)
         pool = {"machineSpec": machine, "replicaCount": str(count)}
+        if "diskSpec" in own:
+            pool["diskSpec"] = own["diskSpec"]
+        args = list(trainer_args) + own.get("args", [])
         if options.image_uri:
-            pool["containerSpec"] = {
-                "imageUri": options.image_uri,
-                "command": ["python", "-m", MODULE],
-                "args": list(trainer_args),
-            }
+            image = own.get("image_uri", options.image_uri)
+            pool["containerSpec"] = {"imageUri": image, "command": ["python", "-m", MODULE], "args": args}
+        elif "image_uri" in own:
+            raise spec_lib.SpecError(
+                "trainingInput.%sConfig.imageUri goes with a container job (--image-uri), not "
+                "--executor-image-uri: remove it." % _config_name(role)
+            )
         else:
             pool["pythonPackageSpec"] = {
                 "executorImageUri": options.executor_image_uri,
                 "packageUris": list(options.package_uris),
                 "pythonModule": MODULE,
-                "args": list(trainer_args),
+                "args": args,
             }
         specs.append(pool)
     job = {"workerPoolSpecs": specs}

@@ -206,6 +206,31 @@ class EvalReporter(tf.estimator.Exporter):
         return None
 
 
+class EvaluatorRelay(v1.train.CheckpointSaverListener):
+    """On a Vertex AI chief, which only trains (TensorFlow's ``run_chief``): after each checkpoint, the
+    validations the evaluator task wrote since (``JOB_DIR/eval_validation``, a directory both see) are logged
+    and reported to the tuning service from the chief, as the legacy master reported its own."""
+
+    def __init__(self, eval_dir: str, metric_tag: str = "accuracy", trial: str = None):
+        self._eval_dir = eval_dir
+        self._metric_tag = metric_tag
+        self._trial = trial
+        self.relayed = []  # [(global step, value)] in the order reported
+
+    def after_save(self, session, global_step_value):
+        self.relay()
+
+    def relay(self) -> None:
+        done = {step for step, _ in self.relayed}
+        [series] = summaries.read_scalars(self._eval_dir, [self._metric_tag]).values()
+        for step, value in series:
+            if step in done or (self.relayed and step < self.relayed[-1][0]):
+                continue
+            logs.info("Evaluation [validation, by the evaluator] at step %d: %s %.4f", step, self._metric_tag, value)
+            _HyperTune.report(self._metric_tag, float(value), int(step), trial=self._trial)
+            self.relayed.append((step, value))
+
+
 class SyncReplicasHook(v1.train.SessionRunHook):
     """``SyncReplicasOptimizer.make_session_run_hook()``, without its two hangs at the end.
 
