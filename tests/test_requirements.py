@@ -179,6 +179,11 @@ def test_the_container_installs_the_pins_and_runs_the_trainer_as_the_job_configs
     assert any(line.startswith("tensorflow-cpu==") for line in open(os.path.join(REPO, "requirements.txt")))
     assert "pip install --no-cache-dir -r /tmp/requirements.txt" in text and "COPY requirements.txt ." in text
     assert "COPY setup.py MANIFEST.in" in text and "pip install --no-cache-dir --no-deps ." in text
+    # The driver of a Vertex AI GPU machine, which Google's device plugin mounts under /usr/local/nvidia, is on the
+    # loader's path; TensorFlow 2.15.1's own libraries find pip's CUDA beside them (their RUNPATH: docs/cloud.md).
+    [path] = re.findall(r"LD_LIBRARY_PATH=(\S+)", text)
+    assert path.split(":")[0] == "/usr/local/nvidia/lib64" and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text
+    assert "--platform linux/amd64" in text
     entrypoint = json.loads(re.search(r"^ENTRYPOINT (.+)$", text, re.M).group(1))
     job = vertex_job.custom_job_spec(
         {"scaleTier": "BASIC"}, ["--data-dir=gs://b/d"], vertex_job.JobOptions(image_uri="i:1")
