@@ -25,7 +25,7 @@ import threading
 from benchmarks.common import print_machine, stop_trainers_on_sigterm, write_result
 from benchmarks.recipes import run_recipe
 from estimator.common.durations import flag as duration_flag
-from estimator.training.time_budget import BUDGET_TOLERANCE_SECS, BUDGET_USED_AT_LEAST
+from estimator.training.time_budget import within_promise
 
 # A pure-Python busy loop on one core: it competes for the core and touches no memory.
 BUSY_LOOP = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
@@ -66,9 +66,8 @@ class Competitor:
 
 
 def held(wall_seconds: float, budget: float) -> bool:
-    """Whether a command that took ``wall_seconds`` kept ``budget``: ended within the promise
-    (``BUDGET_TOLERANCE_SECS`` past it at most) and used it (``BUDGET_USED_AT_LEAST`` of it at least)."""
-    return BUDGET_USED_AT_LEAST * budget <= wall_seconds <= budget + BUDGET_TOLERANCE_SECS
+    """Whether a command that took ``wall_seconds`` kept ``budget`` (``time_budget.within_promise``)."""
+    return within_promise(budget, wall_seconds)
 
 
 def run(recipe: str, data_dir: str, job_dir: str, budget: float, compete_at) -> dict:

@@ -22,7 +22,7 @@ import json
 import os
 
 from benchmarks.common import write_result
-from estimator.training.time_budget import BUDGET_TOLERANCE_SECS, FINAL_FIXED_SECS
+from estimator.training.time_budget import BUDGET_TOLERANCE_SECS, BUDGET_TOLERANCE_SHARE, FINAL_FIXED_SECS
 
 
 def recorded_runs(directory: str) -> list:
@@ -50,6 +50,11 @@ def with_cut(run: dict, cut: float) -> float:
     """The seconds past its budget ``run`` would have ended with a reserve ``cut`` seconds smaller."""
     unused = run["final_secs_reserved"] - run["final_secs"]
     return run["wall_seconds"] + min(cut, max(0.0, unused)) - run["time_budget_secs"]
+
+
+def tolerance(budget_secs: float) -> float:
+    """The seconds past its budget the promise allows a command (``time_budget.within_promise``)."""
+    return max(BUDGET_TOLERANCE_SECS, BUDGET_TOLERANCE_SHARE * budget_secs)
 
 
 def rest_of_end(runs) -> list:
@@ -81,7 +86,7 @@ def main(argv=None) -> int:
     rows = []
     for cut in args.cuts:
         name, worst = max(runs, key=lambda r: with_cut(r[1], cut))
-        within = sum(with_cut(run, cut) <= BUDGET_TOLERANCE_SECS for _, run in runs)
+        within = sum(with_cut(run, cut) <= tolerance(run["time_budget_secs"]) for _, run in runs)
         rows.append({"cut_secs": cut, "worst_past_budget_secs": round(with_cut(worst, cut), 2), "within": within})
         print(
             "%8.1f %+11.2fs %5d/%d  %s (budget %gs)"

@@ -23,10 +23,9 @@ with processes.imports_uncollected():
     from estimator.reporting import summaries
     from estimator.training import config
 
-# Exit codes (docs/faults.md): 0 done; 1 an error; 2 bad flags, data or job dir;
-# 3 a NaN or infinite loss or gradient; 4 a health rule under --health-checks stop;
-# 74 a full or read-only disk; 75 another trainer holds the job dir; 130 SIGINT, 143 SIGTERM
-# (a checkpoint was saved: the same command resumes).
+# Exit codes (docs/faults.md): 0 done; 1 an error; 2 bad flags, data or job dir; 3 a NaN or infinite loss;
+# 4 a health rule under --health-checks stop; 74 a full or read-only disk; 75 another trainer holds the job
+# dir; 130 SIGINT, 143 SIGTERM (a checkpoint was saved: the same command resumes).
 EXIT_STORAGE = 74
 EXIT_BUSY = 75
 

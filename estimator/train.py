@@ -308,16 +308,6 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
     return results
 
 
-def _judge_speed_figures(hp, planner) -> None:
-    """After a budgeted run: its own full-size speed judges the cached figures it planned from
-    (``speed_probes.forget_slow_figures``)."""
-    if planner is None:
-        return
-    slow = speed_probes.forget_slow_figures(hp, planner.full_size_images_per_sec())
-    if slow:
-        logs.warning("%s", slow)
-
-
 def _test_views(hp, planner):
     """``(the test evaluation's HParams, the optional views dropped)``: with a budget, the views that
     still fit its time left (the plan kept time for them)."""
@@ -515,5 +505,4 @@ def run(hp: hparams_lib.HParams, stop=None):
     if not writes_job_records(hp):
         return None
     results = final_results(hp, estimator_, job_hooks, train_seconds)
-    _judge_speed_figures(hp, job_hooks.planner)
     return results

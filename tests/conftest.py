@@ -11,9 +11,43 @@ from tests.helpers import MINI_ARCHIVE, MINI_SHA256
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # As estimator/__init__.py does, for test modules that import TensorFlow before the package.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-# The speed probes the trainer caches (precision, evaluation) go to a directory of this test
-# session's own, not the user's ~/.cache; jobs the tests start inherit it.
-os.environ.setdefault("CIFAR10_CACHE_DIR", tempfile.mkdtemp(prefix="cifar10-test-cache-"))
+# No test writes outside its temporary directories: HOME, the caches and the speed probes' directory are
+# this session's own, for the tests and every process they start (pytest-xdist's workers carry the real
+# home on in REAL_HOME_VARIABLE); pyenv's shims still find their Pythons in the real home.
+REAL_HOME_VARIABLE = "CIFAR10_TESTS_REAL_HOME"
+os.environ.setdefault(REAL_HOME_VARIABLE, os.path.expanduser("~"))
+REAL_HOME = os.environ[REAL_HOME_VARIABLE]
+if os.path.isdir(os.path.join(REAL_HOME, ".pyenv")):
+    os.environ.setdefault("PYENV_ROOT", os.path.join(REAL_HOME, ".pyenv"))
+_SESSION = tempfile.mkdtemp(prefix="cifar10-tests-")
+os.environ["HOME"] = os.path.join(_SESSION, "home")
+os.environ["XDG_CACHE_HOME"] = os.path.join(_SESSION, "home", ".cache")
+os.environ["MPLCONFIGDIR"] = os.path.join(_SESSION, "matplotlib")
+os.environ["CIFAR10_CACHE_DIR"] = os.path.join(_SESSION, "probes")
+os.makedirs(os.environ["HOME"])
+# What the package would write in the real home (its cache), as it was when the session began.
+REAL_CACHE = os.path.join(REAL_HOME, ".cache", "cifar10-resnet-estimator")
+
+
+def _listing(directory):
+    if not os.path.isdir(directory):
+        return {}
+    return {name: os.stat(os.path.join(directory, name)).st_mtime_ns for name in os.listdir(directory)}
+
+
+_REAL_CACHE_BEFORE = _listing(REAL_CACHE)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The suite fails if anything of it wrote the package's cache in the real home."""
+    after = _listing(REAL_CACHE)
+    if after != _REAL_CACHE_BEFORE:
+        changed = sorted(n for n in set(after) | set(_REAL_CACHE_BEFORE) if after.get(n) != _REAL_CACHE_BEFORE.get(n))
+        print(
+            "\nerror: the tests wrote %s in the real home (%s): every path must be a temporary one"
+            % (changed, REAL_CACHE)
+        )
+        session.exitstatus = 1
 
 
 def pytest_collection_modifyitems(config, items):

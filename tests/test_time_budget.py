@@ -526,20 +526,18 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
         "--lr-schedule onecycle --eval-policy final --seed 1 --log-every-n-steps 20 --health-checks off"
     ).split()
 
-    # The network's figures as a slow spell left them cached (100 images/s; it trained at 1,768 on a Zen 4): the
-    # run plans from them, trains far faster, and drops them for the next run.
-    def spell(*_, **__):
+    # The network's figures cached far below its speed (100 images/s; it trains at about 1,768 on a Zen 4): the
+    # run plans from them at first, then re-plans from its own steps.
+    def slow(*_, **__):
         return {"train": 100.0, "eval": 300.0}
 
-    speed_probes.network_speed(config.parse(flags)[0], timer=spell)
+    speed_probes.network_speed(config.parse(flags)[0], timer=slow)
     code, out = run_main(*flags)
     assert code == 0, out[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
     recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
     assert recorded["time_budget"] == 40.0 and recorded["train_steps"] is None
-    assert recorded["speed_probe"]["train"] == 100.0 and "timed in a slow spell" in out, (results, out[-3000:])
-    with open(os.path.join(cache, speed_probes.CACHE_FILE)) as f:
-        assert json.load(f) == {}
+    assert recorded["speed_probe"]["train"] == 100.0, (results, out[-3000:])
     assert results["time_budget_secs"] == 40.0
     budget = json.load(open(os.path.join(job, "budget.json")))
     # Training ends at its deadline, keeping the reserve (8 s and the evaluation images at the speed
@@ -708,213 +706,6 @@ def test_precision_auto_times_fp32s_training_at_a_quarter_of_the_batch_and_bf16_
         ]
 
 
-def test_precision_auto_doubts_a_small_bf16_lead_for_airbench_and_times_both_again(tmp_path):
-    # bf16's first timing in a VM's slow spell (0.6 of its speed): fp32 looks ahead, where bf16 led airbench's
-    # reference 1.36-2.2x on every native CPU measured. Both are timed again, each kept at its faster.
-    from estimator.training import speed_probes
-    from tests.helpers import hp
-
-    zen4 = {"model": "AMD EPYC", "family": "25", "model_number": "17", "flags": {"avx512_bf16"}, "cores": 2}
-    timed, spells, lasting = [], {}, {}
-
-    def timer(probe_hp, precision, max_secs=speed_probes.PROBE_SECS, evaluate=True):
-        timed.append((precision, evaluate))
-        rate = {"fp32": 859.0, "bf16": 1286.0}[precision] * spells.pop(precision, lasting.get(precision, 1.0))
-        return {"train": rate, "eval": 3.5 * rate} if evaluate else {"train": rate}
-
-    cache = str(tmp_path / "c.json")
-    job = hp(network="airbench", train_batch_size=512, eval_batch_size=500)
-    spells["bf16"], doubts = 0.6, []
-    choice = speed_probes.choose(job, cpu=zen4, timer=timer, cache_file=cache, doubts=doubts)
-    assert choice == ("bf16", {"fp32": 859.0, "bf16": 1286.0})
-    assert doubts == [
-        "bf16 timed at 0.90x fp32's speed (772 against 859 img/s), under 1.2x: both timed again, the faster kept "
-        "(1286 and 859)"
-    ]
-    assert sorted(timed) == [("bf16", False), ("bf16", True), ("fp32", False), ("fp32", False)]
-    # A spell through both of bf16's timings: fp32 still ahead is this run's choice, but bf16's figure is not
-    # cached, so that the next run (a study's next trial) times it again and, calm, takes bf16.
-    lasting["bf16"], doubts, through = 0.6, [], str(tmp_path / "through.json")
-    assert speed_probes.choose(job, cpu=zen4, timer=timer, cache_file=through, doubts=doubts) == (
-        "fp32",
-        {"fp32": 859.0, "bf16": 771.6},
-    )
-    assert doubts == [
-        "bf16 timed at 0.90x fp32's speed (772 against 859 img/s), under 1.2x: both timed again, the faster kept "
-        "(772 and 859); fp32 still ahead: bf16's figure is not cached, the next run times it again"
-    ]
-    with open(through) as f:
-        assert [key.split("|")[-3:] for key in json.load(f)] == [["fp32", "500", "train"]]
-    lasting.clear()
-    timed.clear()
-    assert speed_probes.choose(job, cpu=zen4, timer=timer, cache_file=through) == (
-        "bf16",
-        {"fp32": 859.0, "bf16": 1286.0},
-    )
-    assert timed == [("bf16", True)]
-    timed.clear()
-    # The cache keeps the faster, bf16's evaluation moved with its training: nothing is timed again.
-    timed.clear()
-    bf16 = speed_probes.network_speed(job.replace(precision="bf16"), cpu=zen4, timer=timer, cache_file=cache)
-    assert bf16 == {"train": 1286.0, "eval": 4501.0} and timed == []
-    # A lead of 1.18x is doubted too (the 1.50x here at 0.79 of its speed), one of 1.27x (at 0.85) is not.
-    for speed, doubted in ((0.79, True), (0.85, False)):
-        timed.clear()
-        spells["bf16"] = speed
-        speed_probes.choose(job, cpu=zen4, timer=timer, cache_file=str(tmp_path / ("%g.json" % speed)))
-        assert len(timed) == (4 if doubted else 2), (speed, timed)
-    timed.clear()
-    # A ResNet's fp32 ahead is believed (bf16 trained ResNet-14 1.5x wide at 0.45x fp32's speed on a Xeon
-    # with AMX): timed once each; so is a cached figure, whatever it says.
-    spells["bf16"] = 0.6
-    resnet = job.replace(network="resnet")
-    assert speed_probes.choose(resnet, cpu=zen4, timer=timer, cache_file=cache) == (
-        "fp32",
-        {"fp32": 859.0, "bf16": 771.6},
-    )
-    assert sorted(timed) == [("bf16", True), ("fp32", False)]
-    timed.clear()
-    assert speed_probes.choose(resnet, cpu=zen4, timer=timer, cache_file=cache)[0] == "fp32" and timed == []
-
-
-def test_a_run_faster_than_its_timed_figure_drops_this_cpus_figures_for_the_next_run(tmp_path):
-    """A spell that lasted through both timings (``time_again`` cannot catch it) cached airbench94 x0.5 at 980
-    images/s, 0.7 of this CPU's speed; the run then trained at full size at 1,400: this CPU's figures are dropped,
-    so that the next run (a study's next trial) times them again. Runs that judge nothing: below 1.2x, nothing
-    measured at full size, a figure estimated or recorded on another CPU, a cluster; a cache that cannot be
-    read costs nothing."""
-    from functools import partial
-
-    from estimator.training import speed_probes
-    from tests.helpers import hp
-
-    zen4 = {"model": "AMD EPYC", "family": "25", "model_number": "17", "flags": {"avx512_bf16"}, "cores": 2}
-    zen3 = dict(zen4, model_number="1", flags={"avx2"})
-    speeds = {"rate": 980.0}
-
-    def timer(probe_hp, precision, max_secs=speed_probes.PROBE_SECS, evaluate=True):
-        return {"train": speeds["rate"], "eval": 3.5 * speeds["rate"]}
-
-    cache = str(tmp_path / "c.json")
-    job = hp(network="airbench", width_multiplier=0.5, train_batch_size=512, eval_batch_size=500)
-    slow = speed_probes.network_speed(job, cpu=zen4, timer=timer, cache_file=cache)
-    speed_probes.network_speed(job, cpu=zen3, timer=timer, cache_file=cache)  # another CPU's: kept
-    timed = job.replace(speed_probe=dict(slow, how="timed", cpu=machine.cpu_key(zen4)))
-    forget = partial(speed_probes.forget_slow_figures, cpu=zen4, cache_file=cache)
-    assert forget(timed, 1.19 * 980) is None and forget(timed, None) is None
-    estimated = dict(timed.speed_probe, how="estimated from airbench94 x0.5")
-    assert forget(timed.replace(speed_probe=estimated), 1400.0) is None
-    assert forget(timed.replace(speed_probe=dict(timed.speed_probe, cpu=machine.cpu_key(zen3))), 1400.0) is None
-    assert forget(timed.replace(num_workers=2), 1400.0) is None
-    with open(cache) as f:
-        assert len(json.load(f)) == 2
-    (tmp_path / "unreadable.json").mkdir()
-    assert forget(timed, 1400.0, cache_file=str(tmp_path / "unreadable.json")) is None
-    assert forget(timed, 1400.0) == (
-        "speed probes: this run trained at 1.43x the speed timed for its network (1400 against 980 img/s), beyond "
-        "1.2x: timed in a slow spell. This CPU's 1 cached figure(s) in %s are dropped: the next run times them again"
-        % cache
-    )
-    with open(cache) as f:
-        assert [key.startswith(machine.cpu_key(zen3) + "|") for key in json.load(f)] == [True]
-    speeds["rate"] = 1400.0
-    again = speed_probes.timed_network_speed(job, cpu=zen4, timer=timer, cache_file=cache)
-    assert again == ({"train": 1400.0, "eval": 4900.0}, True)
-
-
-def test_an_estimate_or_a_member_not_chosen_far_below_the_runs_own_speed_drops_this_cpus_figures(tmp_path):
-    """An estimated figure is judged beyond its own error too (1.2 x 1.3 = 1.56x: a slow timing of the reference it
-    came from); a member timed and not chosen, against its estimate from the run's speed (x0.75 in bf16 runs at
-    0.599 of x0.5's): a spell through both its timings would otherwise leave it out of every later choice. An
-    assumed figure and an estimated candidate judge nothing."""
-    from functools import partial
-
-    from estimator.networks import family
-    from estimator.training import speed_probes
-    from tests.helpers import hp
-
-    zen4 = {"model": "AMD EPYC", "family": "25", "model_number": "17", "flags": {"avx512_bf16"}, "cores": 2}
-    cache = str(tmp_path / "c.json")
-    job = hp(network="airbench", width_multiplier=0.5, train_batch_size=512, eval_batch_size=500, precision="bf16")
-
-    def cache_a_figure():
-        speed_probes.network_speed(
-            job, cpu=zen4, timer=lambda *_, **__: {"train": 980.0, "eval": 3430.0}, cache_file=cache
-        )
-
-    cache_a_figure()
-    probe = {"train": 980.0, "eval": 3430.0, "cpu": machine.cpu_key(zen4)}
-    estimated = job.replace(speed_probe=dict(probe, how=family.ESTIMATED))
-    forget = partial(speed_probes.forget_slow_figures, cpu=zen4, cache_file=cache)
-    assert forget(estimated, 1.55 * 980) is None
-    assumed = job.replace(speed_probe=dict(probe, how=family.ESTIMATED + ", " + family.ASSUMED))
-    assert forget(assumed, 3 * 980) is None
-    assert forget(estimated, 1.6 * 980) == (
-        "speed probes: this run trained at 1.60x the speed estimated from airbench94 x0.5 for its network (1568 "
-        "against 980 img/s), beyond 1.56x: timed in a slow spell. This CPU's 1 cached figure(s) in %s are dropped: "
-        "the next run times them again" % cache
-    )
-    cache_a_figure()
-
-    def chose_the_reference(x075_timed_at):
-        candidates = [
-            {"member": "airbench94 x0.5", "speed": "timed", "images_per_sec": 980.0},
-            {"member": "airbench94 x0.75", "speed": "timed", "images_per_sec": x075_timed_at},
-            {"member": "airbench94 x0.25", "speed": family.ESTIMATED, "images_per_sec": 10.0},
-        ]
-        choice = {"member": "airbench94 x0.5", "candidates": candidates}
-        return job.replace(speed_probe=dict(probe, how="timed"), network_choice=choice)
-
-    assert forget(chose_the_reference(384.0), 1000.0) is None  # 598.8 / 384 = 1.559
-    assert forget(chose_the_reference(380.0).replace(num_workers=2), 1000.0) is None
-    assert forget(chose_the_reference(380.0), 1000.0) == (
-        "speed probes: airbench94 x0.75, not chosen, was timed at 380 img/s, 1.58x below its estimate from this "
-        "run's speed (599 img/s), beyond 1.56x: timed in a slow spell. This CPU's 1 cached figure(s) in %s are "
-        "dropped: the next run times them again" % cache
-    )
-    with open(cache) as f:
-        assert json.load(f) == {}
-    # The reference timed in a spell and x0.25 chosen (a Zen 4 held to AVX2, fp32: x0.5's estimate from x0.25's
-    # 2,100 images/s is 2,100 x 67.4 / 20.7 x 0.8 = 806.2).
-    cache_a_figure()
-    choice = {
-        "member": "airbench94 x0.25",
-        "candidates": [
-            {"member": "airbench94 x0.25", "speed": "timed", "images_per_sec": 1984.0},
-            {"member": "airbench94 x0.5", "speed": "timed", "images_per_sec": 360.0},
-        ],
-    }
-    spelled = job.replace(precision="fp32", speed_probe=dict(probe, train=1984.0, how="timed"), network_choice=choice)
-    assert forget(spelled, 2100.0).startswith(
-        "speed probes: airbench94 x0.5, not chosen, was timed at 360 img/s, 2.24x below its estimate from this run's "
-        "speed (806 img/s), beyond 1.56x: timed in a slow spell."
-    )
-
-
-def test_a_runs_full_size_speed_is_the_median_of_its_intervals_trained_at_full_size():
-    """--progressive-resize 20 (full size from half the steps), 4 full-size steps/s but a spell at 2 for 40 s;
-    the smaller sizes faster than their pixels' share says: only intervals at 32 pixels throughout count, and
-    the spell's do not move the median. Before the run reaches full size: nothing measured."""
-    sizes = schedules.ImageSizes(20, 0.5, 32)
-    clock = Clock()
-    p = planner(clock, budget=300.0, fixed=8.0)
-    p.step_cost = sizes
-    p.__post_init__()
-    p.begin(0)
-    step = 0
-    while not p.should_stop(step):
-        side = sizes.size_at(p.plan.progress(step))
-        if side < 32:
-            assert p.full_size_images_per_sec() is None
-        full = 2.0 if 200 <= clock.now < 240 else 4.0
-        clock.now += (side / 32) ** 1.5 / full
-        step += 1
-        p.after_step(step)
-    assert len(p.full_size_speeds) >= 5 and min(p.full_size_speeds) < 3.0
-    assert max(p.full_size_speeds) == pytest.approx(4.0)
-    assert p.full_size_images_per_sec() == pytest.approx(400.0)
-
-
 def test_the_networks_code_digest_follows_every_byte_of_it(tmp_path):
     from estimator.training import speed_probes
 
@@ -960,14 +751,14 @@ def test_the_contention_benchmarks_competitor_takes_one_core_from_its_start_unti
 
 
 def test_the_contention_benchmark_judges_a_run_by_the_promise():
-    """Held: within a second past the budget (a 5-minute run with a core taken ended at 300.7 s on a Zen 4,
-    which the old rule, nothing past the budget, called missed) and after 90% of it."""
+    """Held: within the larger of 2 s and 1% past the budget, and after 90% of it."""
     from benchmarks.contention import held
 
-    assert held(300.7, 300.0) and held(301.0, 300.0) and held(270.0, 300.0)
-    assert not held(301.1, 300.0)  # past the promise
+    assert held(302.0, 300.0) and held(299.0, 300.0) and held(270.0, 300.0)
+    assert not held(303.1, 300.0)  # past the promise: 3 s past 5 minutes
+    assert held(1818.0, 1800.0) and not held(1818.1, 1800.0)  # 1% of 30 minutes
     assert not held(269.9, 300.0)  # the budget left unused
-    assert held(90.9, 90.0) and not held(80.9, 90.0)
+    assert held(92.0, 90.0) and not held(92.1, 90.0) and not held(80.9, 90.0)
 
 
 def test_the_probes_cache_key_is_what_decides_speed(tmp_path):

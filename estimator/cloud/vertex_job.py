@@ -21,11 +21,9 @@ from estimator.common.processes import TRAINER_MODULE as MODULE
 from estimator.training import recipes
 from estimator.tuning import spec as spec_lib
 
-# Google's prebuilt TensorFlow training containers. Those with tf.estimator (TensorFlow 2.15 and older) are
-# gone: Google's supported-frameworks list gives 2025-11-14 as the end of availability of the last of them
-# (tf-cpu.2-15.py310, tf-gpu.2-15.py310; 2.14 and older earlier), and those of 2.16 and later have no
-# tf.estimator. So a job runs in a container of its own (the Dockerfile) unless the user names an
-# executor image on purpose: a Google one is checked against this, any other is the user's.
+# Google's prebuilt TensorFlow training containers: those with tf.estimator (2.15 and older) reached their end
+# of availability (PREBUILT_TF_215_END), and 2.16 and later have none. A job runs the Dockerfile's container
+# unless an executor image is named on purpose: a Google one is checked against this, any other is the user's.
 PREBUILT_TF_IMAGE = re.compile(
     r"^(?:[a-z]+-docker\.pkg\.dev|gcr\.io)/(?:vertex-ai|cloud-aiplatform)/training/(?P<name>[^:@]+)"
 )

@@ -23,10 +23,8 @@ from estimator.common import storage
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-# oneDNN's own variable: holds its kernels to an instruction set (``AVX2`` makes a CPU with AVX-512 do
-# what an AVX2-only one does). Below AVX512_CORE_BF16 oneDNN has no bf16 kernels, and TensorFlow 2.15,
-# which decides from the CPU's flags alone, then aborts the process on its first bf16 matrix product
-# ("could not create a primitive descriptor": measured on a Xeon with AMX held to AVX2).
+# oneDNN's own variable: holds its kernels to an instruction set (``AVX2``: what an AVX2-only CPU does). Below
+# AVX512_CORE_BF16 it has no bf16 kernels, and TensorFlow 2.15 then aborts on its first bf16 matrix product.
 ISA_VARIABLE = "ONEDNN_MAX_CPU_ISA"
 # The values of ISA_VARIABLE under which oneDNN computes bf16 natively ("" and ALL: no cap).
 BF16_ISAS = (
@@ -150,16 +148,6 @@ def store_probe(path: str, key: str, probe: dict) -> None:
     cache = _read_cache(path)
     cache[key] = probe
     _write_cache(path, cache)
-
-
-def forget_probes(path: str, key: str) -> int:
-    """Drops the entry ``key`` of the JSON file at ``path``, and those whose keys extend it (``key|...``);
-    returns how many it dropped. A cache that cannot be read or written drops nothing (logged), never the job."""
-    cache = _read_cache(path)
-    kept = {k: probe for k, probe in cache.items() if k != key and not k.startswith(key + "|")}
-    if len(kept) == len(cache) or not _write_cache(path, kept):
-        return 0
-    return len(cache) - len(kept)
 
 
 def seconds_per_run(sess, fetch, steps: int, warmup: int, clock=time.perf_counter, max_secs=None, min_steps=2) -> float:

@@ -132,13 +132,6 @@ def estimated_rate(name: str, reference_images_per_sec: float, precision) -> flo
     return reference_images_per_sec * reference.forward_mflops / m.forward_mflops * ratio
 
 
-def beyond_spread(timed: float, estimate: float) -> bool:
-    """Whether a member timed at ``timed`` images/s lies beyond ``ESTIMATE_SPREAD`` of its ``estimate``,
-    either way: no member measured ever did, so one of the two timings (the member's, or the reference's
-    the estimate came from) is in doubt."""
-    return not estimate / ESTIMATE_SPREAD <= timed <= estimate * ESTIMATE_SPREAD
-
-
 def probe_batch(name: str, batch: int) -> int:
     """The batch member ``name``'s speed is timed at when the reference's was timed at ``batch``: halved
     (to 64 at least) until a step's multiply-adds are no more than the reference's, so that timing any

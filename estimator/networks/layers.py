@@ -17,10 +17,8 @@ v1 = tf.compat.v1
 
 DATA_FORMATS = DataFormat.values()
 
-# --precision -> the dtype convolutions and activations compute in. Variables,
-# batch-norm statistics, logits and the loss stay float32 in every mode (the
-# Model Garden ``official/r1/resnet`` route), so checkpoints do not depend on
-# the precision that wrote them.
+# --precision -> the dtype convolutions and activations compute in. Variables, batch-norm statistics, logits
+# and the loss stay float32 (Model Garden's ``official/r1/resnet`` route): checkpoints do not depend on it.
 COMPUTE_DTYPES = {Precision.FP32: tf.float32, Precision.BF16: tf.bfloat16, Precision.FP16: tf.float16}
 
 

@@ -28,10 +28,8 @@ CACHE_FILE = "filter_gradient_probe.json"
 MIN_IN_CHANNELS = 128
 MAX_POSITIONS = 64
 PROBE_WARMUP = 1
-# Each way's best of two runs after a warmup: a third run of the largest map the recipes time (batch 512,
-# 7x7, 256 channels: 0.1-0.16 s each way on a Zen 4) cost a first run 0.3 s. Timed four times over, two
-# runs or three, 25 of 30 shapes there got the same answer each time; the other 5 flipped between
-# timings with three runs as with two: the two ways are close enough there for the VM's noise to decide.
+# Each way's best of two runs after a warmup: a third run costs a first run 0.3 s and changes no answer that
+# the VM's noise does not also change (docs/speed.md).
 PROBE_RUNS = 2
 NATIVE, MATMULS = "native", "matmuls"
 

@@ -235,8 +235,7 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
     from estimator.training import speed_probes
 
     measure = speed_probes.affordable(hp.time_budget)
-    doubts = []
-    precision, probe, measured = _reference_speed(hp, cpu, measure, doubts)
+    precision, probe, measured = _reference_speed(hp, cpu, measure)
     reference_speed = measured or dict(family.ASSUMED_REFERENCE_SPEED)
     rates = _estimated_rates(hp, given, precision, reference_speed, timed=bool(measured))
     always, views = time_budget.evaluation_images(hp)
@@ -248,39 +247,10 @@ def _measure_and_choose(hp: hparams_lib.HParams, cpu: dict, given: set):
     step_cost = hp.image_sizes.mean_cost(0.0, 1.0) if hp.image_sizes else 1.0
     if measure:
         for name in family.worth_timing(rates, hp.num_train_examples, training_secs, step_cost):
-            rates, reference_speed, doubt = _time_member(hp, cpu, given, name, precision, rates, reference_speed)
-            doubts += [doubt] if doubt else []
+            rates[name] = (_timed_training_rate(hp, cpu, name, precision)[0], "timed")
     member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, training_secs, step_cost=step_cost)
     record["precision"] = str(precision)
-    if doubts:
-        record["timed_again"] = "; ".join(doubts)
     return member, record, probe, _chosen_speed(member.name, rates, reference_speed)
-
-
-def _time_member(hp: hparams_lib.HParams, cpu: dict, given: set, name: str, precision, rates: dict, reference: dict):
-    """``(rates, the reference's speeds, doubt)`` once member ``name``'s training is timed. A first timing
-    beyond the spread of its estimate (``family.beyond_spread``) is in doubt: the member and the reference
-    are timed again, each kept at the faster of its two (``speed_probes.time_again``), the other members
-    estimated again from the reference, and ``doubt`` says so (else None)."""
-    from estimator.training import speed_probes
-
-    (rate, fresh), estimate = _timed_training_rate(hp, cpu, name, precision), rates[name][0]
-    doubt = None
-    if fresh and family.beyond_spread(rate, estimate):
-        doubt = "%s timed at %.2fx its estimate from %s (beyond %gx): both timed again, the faster kept" % (
-            name,
-            rate / estimate,
-            family.REFERENCE,
-            family.ESTIMATE_SPREAD,
-        )
-        reference = speed_probes.time_again(
-            _member_hp(hp, family.member(family.REFERENCE), precision), reference, cpu=cpu
-        )
-        rate = speed_probes.time_again(_probe_hp(hp, name, precision), {"train": rate}, cpu=cpu)["train"]
-        timed = {n: r for n, (r, how) in rates.items() if how == "timed" and n != family.REFERENCE}
-        rates = _estimated_rates(hp, given, precision, reference, timed=True)
-        rates.update((n, (r, "timed")) for n, r in timed.items())
-    return {**rates, name: (rate, "timed")}, reference, doubt
 
 
 def _member_hp(hp: hparams_lib.HParams, member, precision) -> hparams_lib.HParams:
@@ -289,9 +259,9 @@ def _member_hp(hp: hparams_lib.HParams, member, precision) -> hparams_lib.HParam
     return hp.replace(network=Network.AIRBENCH, precision=precision, **shape)
 
 
-def _reference_speed(hp: hparams_lib.HParams, cpu: dict, measure: bool, doubts: list):
+def _reference_speed(hp: hparams_lib.HParams, cpu: dict, measure: bool):
     """``(precision, precision probe, speeds)``: the precision ``--precision`` gives or ``auto`` chooses on
-    the reference member (a doubt about it appended to ``doubts``), and the reference's ``{"train", "eval"}``
+    the reference member, and the reference's ``{"train", "eval"}``
     images/s in it (None where nothing is cached and ``measure`` is False)."""
     from estimator.training import speed_probes
 
@@ -299,7 +269,7 @@ def _reference_speed(hp: hparams_lib.HParams, cpu: dict, measure: bool, doubts: 
     precision, probe = hp.precision, {}
     if hp.precision == Precision.AUTO:
         reference_hp = _member_hp(hp, reference, Precision.FP32)
-        precision, probe = speed_probes.choose(reference_hp, cpu=cpu, measure=measure, doubts=doubts)
+        precision, probe = speed_probes.choose(reference_hp, cpu=cpu, measure=measure)
     return precision, probe, speed_probes.network_speed(_member_hp(hp, reference, precision), cpu=cpu, measure=measure)
 
 

@@ -183,6 +183,8 @@ def _choices(declared, kind):
 def _argument(f, declared, kind) -> dict:
     """argparse's words for one declared setting."""
     words = {"default": _default(f, declared), "help": _help(f, declared).replace("%", "%%")}
+    if declared.group in settings.HIDDEN_GROUPS:
+        words["help"] = argparse.SUPPRESS
     if declared.required:
         words["required"] = True
     if kind is bool:
@@ -239,7 +241,7 @@ def markdown_table() -> str:
     to it; ``make docs`` writes it)."""
     rows = ["| flag | default | what it does |", "|---|---|---|"]
     declared_flags = settings.declared(HParams)
-    for group in settings.GROUPS:
+    for group in (g for g in settings.GROUPS if not g.hidden):
         rows.append("| **%s** | | |" % group.title)
         for f, declared, kind in declared_flags:
             if declared.group == group.key:

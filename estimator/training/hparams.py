@@ -321,66 +321,72 @@ class HParams:
         100, "health", "Steps between two checks of the rules in the graph.", range=POSITIVE
     )
     health_init_loss_tolerance: float = setting(
-        0.25, "health", "Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019).", range=POSITIVE
+        0.25,
+        "thresholds",
+        "Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019).",
+        range=POSITIVE,
     )
     health_vanishing_gradient: float = setting(
         1e-7,
-        "health",
+        "thresholds",
         "A layer whose mean |gradient| of the data loss is below this has vanishing gradients.",
         range=NONNEGATIVE,
     )
     health_exploding_factor: float = setting(
         10.0,
-        "health",
+        "thresholds",
         "The global gradient norm above this multiple of its running median is exploding.",
         range=POSITIVE,
     )
     health_update_ratio_min: float = setting(
         1e-8,
-        "health",
+        "thresholds",
         "Lowest healthy learning rate x |gradient| / |weights| of a layer (CS231n: ~1e-3).",
         range=POSITIVE,
     )
     health_update_ratio_max: float = setting(
-        10.0, "health", "Highest healthy learning rate x |gradient| / |weights| of a layer.", range=POSITIVE
+        10.0, "thresholds", "Highest healthy learning rate x |gradient| / |weights| of a layer.", range=POSITIVE
     )
     health_dead_relu_fraction: float = setting(
-        0.5, "health", "More than this fraction of a layer's channels never active is a dead layer.", range=FRACTION
+        0.5, "thresholds", "More than this fraction of a layer's channels never active is a dead layer.", range=FRACTION
     )
     health_dead_relu_window: int = setting(
-        5, "health", "Checks (batches) over which a channel must never be active to count as dead.", range=POSITIVE
+        5, "thresholds", "Checks (batches) over which a channel must never be active to count as dead.", range=POSITIVE
     )
     health_input_mean_max: float = setting(
-        0.5, "health", "Largest |mean| of the input after the network's scaling x / 128 - 1.", range=POSITIVE
+        0.5, "thresholds", "Largest |mean| of the input after the network's scaling x / 128 - 1.", range=POSITIVE
     )
     health_input_std_min: float = setting(
-        0.1, "health", "Smallest standard deviation of the input after the network's scaling.", range=NONNEGATIVE
+        0.1, "thresholds", "Smallest standard deviation of the input after the network's scaling.", range=NONNEGATIVE
     )
     health_input_std_max: float = setting(
-        1.0, "health", "Largest standard deviation of the input after the network's scaling.", range=POSITIVE
+        1.0, "thresholds", "Largest standard deviation of the input after the network's scaling.", range=POSITIVE
     )
     health_loss_window: int = setting(
-        200, "health", "Steps averaged to smooth the training loss for the not-decreasing rule.", range=POSITIVE
+        200, "thresholds", "Steps averaged to smooth the training loss for the not-decreasing rule.", range=POSITIVE
     )
     health_loss_min_decrease: float = setting(
         0.01,
-        "health",
+        "thresholds",
         "Relative decrease of the smoothed loss (last window against the first) below which the loss is not "
         "decreasing.",
         range=Range(0, 1, high_open=True),
     )
     health_overtraining_evals: int = setting(
-        3, "health", "Evaluations in a row with rising validation loss and falling training loss.", range=POSITIVE
+        3, "thresholds", "Evaluations in a row with rising validation loss and falling training loss.", range=POSITIVE
     )
     health_class_ratio: float = setting(
-        0.25, "health", "A class whose validation accuracy is below this fraction of the others' mean.", range=FRACTION
+        0.25,
+        "thresholds",
+        "A class whose validation accuracy is below this fraction of the others' mean.",
+        range=FRACTION,
     )
 
     # -- cluster and devices ----------------------------------------------------------------------
     num_gpus: int = setting(1, "cluster", "GPUs to use, one tower each; 0 trains on the CPU.", range=NONNEGATIVE)
     num_cpu_towers: int = setting(
         0,
-        "cluster",
+        "testing",
         "With --num-gpus 0: run N towers on N CPU devices (tests the multi-GPU logic on machines without GPUs; "
         "no speed-up).",
         range=NONNEGATIVE,

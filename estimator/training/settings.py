@@ -24,6 +24,7 @@ class Group:
     key: str
     title: str
     description: str = None
+    hidden: bool = False  # its flags are taken but kept out of --help and the flag table
 
 
 # In the order --help shows them.
@@ -41,8 +42,13 @@ GROUPS = (
         "TensorBoard scalar health/<rule>, a log line and a JOB_DIR/health.json record when it fires.\n"
         "A NaN or infinite loss or gradient always stops training (docs/health.md).",
     ),
+    # The rules' thresholds (docs/health.md lists each), behind --health-checks, and what only tests use: taken
+    # as before, out of --help.
+    Group("thresholds", "health rules' thresholds", hidden=True),
     Group("cluster", "cluster and devices"),
+    Group("testing", "testing the towers on CPU devices", hidden=True),
 )
+HIDDEN_GROUPS = tuple(g.key for g in GROUPS if g.hidden)
 GROUP_KEYS = tuple(g.key for g in GROUPS)
 
 
