@@ -24,8 +24,8 @@ import threading
 
 from benchmarks.common import print_machine, stop_trainers_on_sigterm, write_result
 from benchmarks.recipes import run_recipe
+from estimator.budget.planner import within_promise
 from estimator.common.durations import flag as duration_flag
-from estimator.training.time_budget import within_promise
 
 # A pure-Python busy loop on one core: it competes for the core and touches no memory.
 BUSY_LOOP = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"

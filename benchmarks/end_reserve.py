@@ -22,7 +22,7 @@ import json
 import os
 
 from benchmarks.common import write_result
-from estimator.training.time_budget import BUDGET_TOLERANCE_SECS, BUDGET_TOLERANCE_SHARE, FINAL_FIXED_SECS
+from estimator.budget.planner import BUDGET_TOLERANCE_SECS, BUDGET_TOLERANCE_SHARE, FINAL_FIXED_SECS
 
 
 def recorded_runs(directory: str) -> list:

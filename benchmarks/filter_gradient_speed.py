@@ -116,8 +116,8 @@ def sweep(hp, args, dtypes) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from estimator.budget import probes as speed_probes
     from estimator.networks import airbench
-    from estimator.training import speed_probes
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--network", choices=("airbench", "resnet"), default="airbench")
@@ -179,7 +179,7 @@ def shapes_table(hp, args, dtypes) -> list:
 def steps_table(hp, args) -> dict:
     """Whole training steps with the matrix products where measured faster and without them, rounds
     interleaved, printed: the JSON's ``steps``."""
-    from estimator.training import speed_probes
+    from estimator.budget import probes as speed_probes
 
     steps = {}
     rates = {}

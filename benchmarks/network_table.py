@@ -49,7 +49,7 @@ def parse_runs(text: str):
 
 
 def main(argv=None):
-    from estimator.networks import family
+    from estimator.budget import family
 
     members = {m.name: m for m in family.MEMBERS}
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

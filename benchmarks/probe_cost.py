@@ -63,8 +63,9 @@ def startup(recipe: str, data_dir: str, cache: str) -> dict:
 
 def member_speeds(data_dir: str, rounds: int, precisions) -> list:
     """Each member's training and evaluation images/s at batch 512 and at its probe batch, per precision."""
-    from estimator.networks import family
-    from estimator.training import config, speed_probes
+    from estimator.budget import family
+    from estimator.budget import probes as speed_probes
+    from estimator.training import config
 
     with tempfile.TemporaryDirectory() as job:
         argv = ["--data-dir", data_dir, "--job-dir", job, "--num-gpus", "0", "--network", "airbench"]

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from estimator import health
+from estimator.budget import family, probes
+from estimator.budget import hooks as budget_hooks
+from estimator.budget import planner as budget_planner
 from estimator.common import cluster as cluster_lib
 from estimator.common import durations, logs, processes, storage
 from estimator.common.options import EvalPolicy, HealthAction
@@ -25,7 +28,7 @@ from estimator.health import nonfinite
 from estimator.networks import registry
 from estimator.reporting import summaries
 from estimator.serving import exporters
-from estimator.training import config, hooks, speed_probes, time_budget
+from estimator.training import config, hooks
 from estimator.training import hparams as hparams_lib
 from estimator.training.model_fn import model_fn
 
@@ -115,7 +118,7 @@ class Hooks:
     after_eval: list
     speed: hooks.ExamplesPerSecondHook
     reporter: hooks.EvalReporter
-    planner: time_budget.Planner = None
+    planner: budget_planner.Planner = None
     evaluation: list = None  # hooks of the evaluations during training
     stop: object = None  # a resilience.SignalStop, or None
     saving_listeners: list = None  # told of each checkpoint training saves
@@ -124,14 +127,14 @@ class Hooks:
 def test_hparams(hp: hparams_lib.HParams, views) -> hparams_lib.HParams:
     """``hp`` for the test evaluation with only ``views`` of its optional ones."""
     return hp.replace(
-        eval_flip_tta=hp.eval_flip_tta and time_budget.FLIP_VIEW in views,
-        eval_tta=hp.eval_tta and time_budget.TRANSLATIONS_VIEW in views,
+        eval_flip_tta=hp.eval_flip_tta and budget_planner.FLIP_VIEW in views,
+        eval_tta=hp.eval_tta and budget_planner.TRANSLATIONS_VIEW in views,
     )
 
 
-def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
+def make_planner(hp: hparams_lib.HParams) -> budget_planner.Planner:
     """The time-budget planner, continuing what earlier runs of the job used (JOB_DIR/budget.json)."""
-    state = time_budget.BudgetState.load(hp.job_dir, hp.time_budget)
+    state = budget_planner.BudgetState.load(hp.job_dir, hp.time_budget)
     if state.used_secs:
         logs.info(
             "time budget: %s of %s used by earlier runs of this job; continuing at progress %.3f",
@@ -140,16 +143,16 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
             state.progress,
         )
     probe = hp.precision_probe or {}
-    guess = probe.get(hp.precision) or time_budget.GUESS_IMAGES_PER_SEC
-    # Resolved with the configuration (training.speed_probes.network_speed): the time the final
+    guess = probe.get(hp.precision) or budget_planner.GUESS_IMAGES_PER_SEC
+    # Resolved with the configuration (training.probes.network_speed): the time the final
     # evaluations take here.
-    speedup = time_budget.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
+    speedup = budget_planner.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
     probe_rate = None
     if hp.speed_probe:
         speed = hp.speed_probe
         guess = speed["train"]
         ratio = speed["eval"] / speed["train"]
-        if speed.get("how") == "timed":
+        if speed.get("how") == family.TIMED:
             probe_rate = speed["train"]  # one tower's batches: towers on the CPU share its cores
         logs.info(
             "time budget: evaluation runs %.1fx training's images/s here (train %.0f, eval %.0f img/s, %s); "
@@ -157,11 +160,11 @@ def make_planner(hp: hparams_lib.HParams) -> time_budget.Planner:
             ratio,
             speed["train"],
             speed["eval"],
-            speed.get("how", "timed"),
+            speed.get("how", family.TIMED),
             speedup,
         )
-    always, views = time_budget.evaluation_images(hp)
-    return time_budget.Planner(
+    always, views = budget_planner.evaluation_images(hp)
+    return budget_planner.Planner(
         hp.time_budget,
         processes.started_at(),
         state,
@@ -191,7 +194,7 @@ def build_hooks(hp: hparams_lib.HParams, stop=None) -> Hooks:
     # First in the list: it must see a NaN before the Estimator's own NanTensorHook does.
     train_hooks = [nonfinite.NonFiniteHook(hp.job_dir), speed, progress]
     if planner:
-        train_hooks.append(time_budget.hook(planner, hp.job_dir, logs.info))
+        train_hooks.append(budget_hooks.BudgetHook(planner, hp.job_dir, logs.info))
     if stop is not None:
         train_hooks.append(stop.hook())
     # Vertex AI's TensorBoard reads its own directory (config: AIP_TENSORBOARD_LOG_DIR);
@@ -210,7 +213,7 @@ def build_hooks(hp: hparams_lib.HParams, stop=None) -> Hooks:
     if hp.export and hp.validates:
         after_eval.append(exporters.BestAccuracyExporter(hp))
     eval_hooks = [stop.eval_hook()] if stop is not None else []
-    listeners = [time_budget.saving_listener(planner, logs.info)] if planner else []
+    listeners = [budget_hooks.CheckpointTimer(planner, logs.info)] if planner else []
     if cluster.distributed and cluster.task_type == "chief" and hp.validates:
         listeners.append(hooks.EvaluatorRelay(storage.join(hp.job_dir, "eval_" + fmt.VALIDATION), trial=cluster.trial))
     return Hooks(train_hooks, after_eval, speed, reporter, planner, eval_hooks, stop, listeners)
@@ -314,7 +317,7 @@ def _test_views(hp, planner):
     if planner is None:
         return hp, []
     kept, dropped = planner.views_that_fit(planner.clock())
-    dropped = [v for v in dropped if v in dict(time_budget.evaluation_images(hp)[1])]
+    dropped = [v for v in dropped if v in dict(budget_planner.evaluation_images(hp)[1])]
     if dropped:
         logs.info("time budget: test evaluation without the %s view(s): they do not fit", " and ".join(dropped))
     return test_hparams(hp, kept), dropped
@@ -357,7 +360,7 @@ def results_record(hp, test: dict, validation, dropped, examples_per_sec, train_
     for key in ("accuracy_flip_tta", "accuracy_tta"):
         if key in test:
             results[key] = float(test[key])
-    asked = [name for name, _ in time_budget.evaluation_images(hp)[1]]
+    asked = [name for name, _ in budget_planner.evaluation_images(hp)[1]]
     results["final_views"] = ["plain"] + [v for v in asked if v not in dropped]
     if dropped:
         results["final_views_dropped"] = dropped
@@ -425,7 +428,7 @@ def _precision_note(hp: hparams_lib.HParams) -> str:
     if hp.precision_probe:
         return " (auto: %s img/s)" % ", ".join("%s %.0f" % kv for kv in sorted(hp.precision_probe.items()))
     if hp.precision_probe is not None:
-        return " (auto: %s)" % speed_probes.untimed_reason(hp)
+        return " (auto: %s)" % probes.untimed_reason(hp)
     return ""
 
 

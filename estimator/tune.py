@@ -25,8 +25,8 @@ from estimator.common import logs  # noqa: E402
 
 logs.quiet_imports()
 
+from estimator.budget import family  # noqa: E402
 from estimator.common import processes  # noqa: E402
-from estimator.networks import family  # noqa: E402
 from estimator.tuning import report, trial_flags  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402
 

@@ -30,10 +30,10 @@ from estimator.common import logs  # noqa: E402
 
 logs.quiet_imports()
 
+from estimator.budget import family  # noqa: E402
 from estimator.cloud import vertex_job, vertex_study  # noqa: E402
 from estimator.common import durations, processes  # noqa: E402
 from estimator.common.options import Network  # noqa: E402
-from estimator.networks import family  # noqa: E402
 from estimator.training import recipes  # noqa: E402
 from estimator.tuning import report, trial_flags  # noqa: E402
 from estimator.tuning import spec as spec_lib  # noqa: E402

@@ -348,12 +348,12 @@ def test_benchmark_sweeps_every_small_square_map_of_each_candidate_kernel(tmp_pa
 
 @pytest.mark.parametrize("budget,measured", [(90.0, False), (300.0, True), (None, True)])
 def test_the_configuration_times_filter_gradients_only_where_the_budget_affords_probes(monkeypatch, budget, measured):
-    from estimator.training import config
+    from estimator.budget import probes
 
     asked = []
     monkeypatch.setattr(fg, "choose", lambda *shape, **kw: asked.append(kw["measure"]) or fg.NATIVE)
     params = hp(network="airbench", width_multiplier=0.5, precision="bf16", time_budget=budget)
-    assert config._measure_filter_gradients(params, {"model": "Xeon", "flags": {"amx_bf16"}}) == {"3x3x128x128": []}
+    assert probes._measure_filter_gradients(params, {"model": "Xeon", "flags": {"amx_bf16"}}) == {"3x3x128x128": []}
     assert asked and set(asked) == {measured}
 
 

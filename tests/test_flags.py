@@ -11,6 +11,7 @@ from estimator import cifar10_main
 from estimator.common import cluster as cluster_lib
 from estimator.training import config, flags, settings
 from estimator.training import hparams as hparams_lib
+from tests.helpers import REPO, hp
 
 
 def parse_ok(mini_records, tmp_path, *flags, monkeypatch=None):
@@ -417,7 +418,7 @@ def test_a_recipe_inside_a_flag_file_is_expanded_too(mini_records, tmp_path):
 
 def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini_records, tmp_path):
     """tests/data/hparams_0.3.0.json: what version 0.3.0 wrote for the 5-minute recipe (airbench94 x0.5 named,
-    fp32, batch 64), without the keys this version adds (filter_gradients, speed_probe)."""
+    fp32, batch 64), without the keys later versions add (filter_gradients, speed_probe, eval_examples)."""
     import shutil
 
     import tensorflow as tf
@@ -440,7 +441,8 @@ def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini
     assert {k: again[k] for k in kept} == kept
     assert set(recorded["hparams"]) - set(again) == {"ema_decay", "zero_init_residual"}
     assert (recorded["hparams"]["ema_decay"], recorded["hparams"]["zero_init_residual"]) == (0.0, False)
-    assert set(again) - set(recorded["hparams"]) == {"filter_gradients", "speed_probe", "save_summary_steps"}
+    added = {"filter_gradients", "speed_probe", "save_summary_steps", "eval_examples"}
+    assert set(again) - set(recorded["hparams"]) == added
     # Its training graph builds from hparams.json alone, and the same flags restart it.
     with tf.Graph().as_default():
         with tf.compat.v1.variable_scope("resnet"):
@@ -532,3 +534,30 @@ def test_a_setting_added_by_one_declaration_reaches_its_user(mini_records, tmp_p
     )
     err = parse_error(capsys, ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--save-summary-steps=0"])
     assert "--save-summary-steps 0 must be positive." in err and not os.path.exists(str(tmp_path / "j"))
+
+
+def test_the_settings_that_shape_the_network_are_declared_once_and_every_list_follows_them():
+    """``shapes=True`` on a declaration is the one list of what shapes the network's variables: the job dir's
+    refusal of another network and the probes' cache key follow it, and every field the networks read is either
+    one of them or named here as one that leaves the variables' shapes alone."""
+    from estimator.budget import family, probes
+    from estimator.common import options
+    from estimator.resilience import jobdir
+
+    shape = options.network_shape(hparams_lib.HParams)
+    assert shape == ("network", "num_layers", "resnet_version", "group_depth", "width_multiplier")
+    assert jobdir.NETWORK_FLAGS == shape and set(family.SHAPE) <= set(shape)
+    read = set()
+    for name in ("registry", "layers", "resnet", "airbench"):
+        source = open(os.path.join(REPO, "estimator", "networks", name + ".py")).read()
+        read |= set(re.findall(r"\bhp\.([a-z_]+)\b", source)) - {"replace"}
+    leaves_shapes = {"batch_norm_decay", "batch_norm_epsilon", "data_format", "filter_gradients", "precision"}
+    assert read - set(shape) == leaves_shapes, read - set(shape) ^ leaves_shapes
+    # A shape setting that changes changes the probes' cache key.
+    cpu = {"model": "m", "family": 6, "model_number": 1, "flags": set(), "isa": "ALL", "cores": 2}
+    base = hp(network="airbench", width_multiplier=0.5)
+    keys = {
+        probes.cache_key(cpu, base.replace(**{name: value}))
+        for name, value in [("group_depth", 3), ("width_multiplier", 0.75)]
+    }
+    assert len(keys | {probes.cache_key(cpu, base)}) == 3

@@ -6,8 +6,10 @@ import os
 
 import pytest
 
+from estimator.budget import choice as network_choice
+from estimator.budget import family
 from estimator.common import durations
-from estimator.networks import family, registry
+from estimator.networks import registry
 from estimator.training import config, flags
 from estimator.training.hparams import HParams
 
@@ -280,8 +282,8 @@ class SlowCpu:
         return Session()
 
     def time_network(self, hp, precision_, steps=None, warmup=None, image_size=32, max_secs=None, evaluate=True):
+        from estimator.budget import probes as speed_probes
         from estimator.common import machine
-        from estimator.training import speed_probes
 
         self.timed.append((hp.width_multiplier, hp.group_depth, hp.train_batch_size, evaluate))
         rate = self.TRAIN[hp.width_multiplier] * (0.7 if hp.group_depth == 3 else 1.0)
@@ -327,12 +329,12 @@ def test_a_first_run_on_the_slowest_cpu_chooses_in_seconds_on_a_simulated_clock(
 ):
     # With 11 fixed steps per member and every member that could reach its table timed, this first run
     # spent 77 s of its 300 before training (airbench94 alone 36 s): now at most 10.
-    from estimator.training import speed_probes
+    from estimator.budget import probes as speed_probes
 
     cpu = SlowCpu()
     hp, given = _recipe_values(tmp_path, mini_records, budget, str(tmp_path / "cache"))
     monkeypatch.setattr(speed_probes, "time_network", cpu.time_network)
-    member, record, probe, speed = config._measure_and_choose(hp, EPYC, given)
+    member, record, probe, speed = network_choice._measure_and_choose(hp, EPYC, given)
     assert cpu.clock <= 10.0, (cpu.clock, cpu.timed)
     assert probe == {} and record["precision"] == "fp32"  # no native bf16: nothing timed for it
     by_name = {c["member"]: c for c in record["candidates"]}
@@ -353,29 +355,29 @@ def test_a_first_run_on_the_slowest_cpu_chooses_in_seconds_on_a_simulated_clock(
     assert speed["how"] == "timed" and speed["eval_how"] == "at airbench94 x0.5's ratio to training"
     # The same command again: everything it timed is cached, nothing is timed.
     before = cpu.clock
-    assert config._measure_and_choose(hp, EPYC, given)[0] == member and cpu.clock == before
+    assert network_choice._measure_and_choose(hp, EPYC, given)[0] == member and cpu.clock == before
 
 
 def test_a_budget_too_short_for_probes_chooses_from_estimates_and_says_so(mini_records, tmp_path, monkeypatch):
-    from estimator.training import speed_probes
+    from estimator.budget import probes as speed_probes
 
     cache = str(tmp_path / "cache")
     hp, given = _recipe_values(tmp_path, mini_records, "90s", cache)
     monkeypatch.setattr(speed_probes, "time_network", lambda *a, **k: pytest.fail("nothing is timed in 90 s"))
-    member, record, probe, speed = config._measure_and_choose(hp, EPYC, given)
+    member, record, probe, speed = network_choice._measure_and_choose(hp, EPYC, given)
     assert {c["speed"] for c in record["candidates"]} == {"estimated from airbench94 x0.5, " + family.ASSUMED}
     assert speed["how"].endswith(family.ASSUMED) and member.name == "airbench94 x0.25"
     assert (record["precision"], probe) == ("fp32", {})
     # Where bf16 is native, the family's faster precision everywhere it was measured, untimed.
     amx = dict(EPYC, model="Xeon", family="6", model_number="143", flags={"avx2", "amx_bf16", "avx512_bf16"})
-    member, record, probe, speed = config._measure_and_choose(hp, amx, given)
+    member, record, probe, speed = network_choice._measure_and_choose(hp, amx, given)
     assert (record["precision"], probe, member.name) == ("bf16", {}, "airbench94 x0.25")
     # What an earlier, longer job timed is used: figures of this CPU, for free.
     monkeypatch.setattr(speed_probes, "time_network", SlowCpu().time_network)
     long_hp, long_given = _recipe_values(tmp_path, mini_records, "5m", cache)
-    config._measure_and_choose(long_hp, EPYC, long_given)
+    network_choice._measure_and_choose(long_hp, EPYC, long_given)
     monkeypatch.setattr(speed_probes, "time_network", lambda *a, **k: pytest.fail("cached"))
-    _, record, _, _ = config._measure_and_choose(hp, EPYC, given)
+    _, record, _, _ = network_choice._measure_and_choose(hp, EPYC, given)
     assert {c["member"]: c["speed"] for c in record["candidates"]}["airbench94 x0.5"] == "timed"
 
 
@@ -383,8 +385,8 @@ def test_a_budget_too_short_for_probes_chooses_from_estimates_and_says_so(mini_r
 def test_a_studys_trials_share_what_the_first_measured(mini_records, tmp_path, monkeypatch, request, where):
     # Trials of a study (CLOUD_ML_TRIAL_ID, each its own job dir; on Vertex AI each its own machine, whose
     # trials estimator.vertex gives --probe-cache gs://BASE/probe-cache) time nothing twice.
+    from estimator.budget import probes as speed_probes
     from estimator.common import storage
-    from estimator.training import speed_probes
 
     base = request.getfixturevalue("gcs") + "/study" if where == "gcs" else str(tmp_path / "study")
     cpu = SlowCpu()

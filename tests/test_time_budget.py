@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from estimator.budget import hooks as budget_hooks
+from estimator.budget import planner as time_budget
+from estimator.budget.planner import BudgetState, Plan, Planner
 from estimator.common import durations, machine
-from estimator.training import schedules, time_budget
-from estimator.training.time_budget import BudgetState, Plan, Planner
+from estimator.training import schedules
 from tests.helpers import run_job, run_main
 
 v1 = tf.compat.v1
@@ -418,7 +420,7 @@ def test_the_test_evaluations_views_are_counted_once():
 
 
 def test_network_speed_times_training_and_evaluation_side_by_side_and_caches_them(tmp_path):
-    from estimator.training import speed_probes
+    from estimator.budget import probes as speed_probes
     from tests.helpers import hp
 
     cpu = {"model": "this CPU", "flags": set()}
@@ -474,9 +476,9 @@ def rates_through_the_graph(plans_and_steps, schedule="onecycle", peak=0.4, warm
     """The learning rate at each (plan, step), loading each plan into the graph as the hook does."""
     with tf.Graph().as_default():
         step = v1.placeholder(tf.int64, [])
-        progress = time_budget.progress_tensor(step)
+        progress = budget_hooks.progress_tensor(step)
         rate = schedules.learning_rate_at_progress(progress, schedule, peak, warmup)
-        op, feeds = time_budget.plan_loader(v1.get_default_graph())
+        op, feeds = budget_hooks.plan_loader(v1.get_default_graph())
         with v1.Session() as sess:
             sess.run(v1.local_variables_initializer())
             out = []
@@ -518,7 +520,8 @@ def test_budget_flags_are_checked(mini_records, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_records, tmp_path):
-    from estimator.training import config, speed_probes
+    from estimator.budget import probes as speed_probes
+    from estimator.training import config
 
     job, cache = str(tmp_path / "job"), str(tmp_path / "cache")
     flags = ["--data-dir", mini_records, "--job-dir", job, "--probe-cache", cache] + (
@@ -574,7 +577,7 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
 
 @pytest.mark.slow
 def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
-    from estimator.training import speed_probes
+    from estimator.budget import probes as speed_probes
 
     job = str(tmp_path / "job")
     flags = "--num-gpus 0 --num-layers 8 --train-steps 2 --precision auto --eval-policy final --export false"
@@ -598,7 +601,7 @@ def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
 
 
 def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
-    from estimator.training import speed_probes
+    from estimator.budget import probes as speed_probes
     from tests.helpers import hp
 
     def no_timing(*_):
@@ -618,7 +621,7 @@ def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
 def test_precision_auto_untimed_takes_bf16_for_airbench_where_native_and_says_why(tmp_path):
     # A budget under PROBED_BUDGET_SECS with nothing cached times nothing: airbench's members trained faster
     # in bf16 on every CPU where it is native (x0.375 tied), the ResNets not always.
-    from estimator.training import speed_probes
+    from estimator.budget import probes as speed_probes
     from tests.helpers import hp
 
     def no_timing(*_, **__):
@@ -643,7 +646,7 @@ def test_precision_auto_untimed_takes_bf16_for_airbench_where_native_and_says_wh
 
 @pytest.mark.bf16_kernels
 def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
-    from estimator.training import speed_probes
+    from estimator.budget import probes as speed_probes
     from tests.helpers import hp
 
     amx = {"model": "a CPU with AMX", "flags": {"amx_bf16", "avx512_bf16"}}
@@ -680,7 +683,7 @@ def test_precision_auto_times_the_real_network_and_caches_it(tmp_path):
 def test_precision_auto_times_fp32s_training_at_a_quarter_of_the_batch_and_bf16_at_the_jobs(tmp_path):
     # fp32 is timed only to be compared: at 128 images a tower its first step costs a first run a quarter
     # of 512's, and for half as long. bf16's speeds are the ones the budget plans with: the job's batches'.
-    from estimator.training import speed_probes
+    from estimator.budget import probes as speed_probes
     from tests.helpers import hp
 
     zen4 = {"model": "AMD EPYC", "family": "25", "model_number": "17", "flags": {"avx512_bf16"}, "cores": 2}
@@ -707,7 +710,7 @@ def test_precision_auto_times_fp32s_training_at_a_quarter_of_the_batch_and_bf16_
 
 
 def test_the_networks_code_digest_follows_every_byte_of_it(tmp_path):
-    from estimator.training import speed_probes
+    from estimator.budget import probes as speed_probes
 
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     a.write_text("x = 1\n")

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from estimator import vertex as vertex_cli
+from estimator.budget import family
 from estimator.cloud import rehearsal
-from estimator.networks import family
 from estimator.tuning import spec as spec_lib
 from tests.helpers import AIPLATFORM_SCHEMAS, REPO, check, google_type_errors
 

@@ -1,6 +1,6 @@
 """What a speed probe needs, below everything that measures: this CPU, and the probes' cache.
 
-The probes (``--precision auto`` and the evaluation's speed in ``estimator.training.speed_probes``,
+The probes (``--precision auto`` and the evaluation's speed in ``estimator.budget.probes``,
 bf16 filter gradients in ``estimator.ops.filter_gradient``) time real graphs once per machine and
 keep the figures in one JSON file each in a directory (the trainer's ``--probe-cache``, a local or
 ``gs://`` one; by default ``$CIFAR10_CACHE_DIR``, else ``~/.cache/cifar10-resnet-estimator``), so
@@ -130,7 +130,7 @@ def cached_probe(path: str, key: str, names, measure):
     """``(probe, measured)``: the measurement cached under ``key`` in the JSON file at ``path`` if it
     has exactly ``names``, else ``measure()``'s (a dict), written back: a damaged entry is measured
     again. ``measure`` None: only what is cached (``(None, False)`` where nothing is). The probes of
-    ``estimator.training.speed_probes`` and ``filter_gradient`` share it."""
+    ``estimator.budget.probes`` and ``filter_gradient`` share it."""
     cache = _read_cache(path)
     probe = cache.get(key)
     if probe and set(probe) == set(names):

@@ -100,3 +100,11 @@ def flag_name(dest: str) -> str:
 # --group-depth: the airbench network's 3x3 convolutions per group: airbench94's 2, or airbench96's 3
 # (the last two inside a residual connection).
 GROUP_DEPTHS = (2, 3)
+
+
+def network_shape(hp) -> tuple:
+    """The names of the settings of ``hp`` (an ``HParams``) that shape the network's variables: those declared
+    with ``shapes=True`` (``training.settings.Setting``), read from the dataclass's own field metadata."""
+    import dataclasses
+
+    return tuple(f.name for f in dataclasses.fields(hp) if getattr(f.metadata.get("setting"), "shapes", False))

@@ -4,7 +4,6 @@
   units; ``ResNet`` in the tutorial's ``estimator.model_base``).
 * ``resnet``: ``ResNetCifar10``, He et al. 2016's 6n+2-layer ResNets.
 * ``airbench``: ``AirbenchCifar10``, the network of Keller Jordan's airbench94/96.
-* ``registry``: ``build`` and ``describe``: the network ``--network`` names.
-* ``family``: ``--network auto``'s members of airbench's family, their table of accuracy against epochs,
-  and the choice a time budget makes among them.
+* ``registry``: ``build`` and ``describe``: the network ``--network`` names (``--network auto``'s family:
+  ``estimator.budget.family``).
 """

@@ -30,6 +30,7 @@ import threading
 import time
 
 from estimator.common import storage
+from estimator.common.options import network_shape
 from estimator.training import config, hparams, settings
 
 LOCK_FILE = "job.lock"
@@ -39,7 +40,7 @@ HEARTBEAT_SECS = 30.0
 STALE_SECS = 300.0
 
 # What shapes the checkpoint: its variables and their shapes.
-NETWORK_FLAGS = ("network", "num_layers", "resnet_version", "width_multiplier", "group_depth")
+NETWORK_FLAGS = network_shape(hparams.HParams)
 # Flags whose value may change on a restart, but whose being on or off changes the checkpoint's variables.
 SWITCH_FLAGS = ("lookahead",)
 

@@ -111,10 +111,14 @@ class HParams:
         "airbench94, which learns more per epoch of a short run; auto (with --time-budget): the member of "
         "airbench's family (widths 0.25 to 1, depth 2 or 3) expected to be most accurate in the epochs this "
         "machine affords in the budget (--group-depth or --width-multiplier given by hand narrow the choice).",
+        shapes=True,
     )
-    num_layers: int = setting(44, "network", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...")
+    num_layers: int = setting(44, "network", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...", shapes=True)
     resnet_version: ResNetVersion = setting(
-        ResNetVersion.V1, "network", "Residual unit: v1 (post-activation), v2 (pre-activation), bottleneck_v2 (9n+2)."
+        ResNetVersion.V1,
+        "network",
+        "Residual unit: v1 (post-activation), v2 (pre-activation), bottleneck_v2 (9n+2).",
+        shapes=True,
     )
     group_depth: int = setting(
         2,
@@ -122,6 +126,7 @@ class HParams:
         "--network airbench: 3x3 convolutions per group, 2 (airbench94's) or 3 (airbench96's: a residual "
         "connection around the last two; about 1.36x the FLOPs per image).",
         choices=GROUP_DEPTHS,
+        shapes=True,
     )
     width_multiplier: float = setting(
         1.0,
@@ -130,6 +135,7 @@ class HParams:
         "CPU's matrix units better per FLOP.",
         # The ResNets' option-A shortcut pads half the new channels on each side: 16 x it even.
         range=Range(0, low_open=True, step=1 / 8, example="0.5, 1, 1.5, 2"),
+        shapes=True,
     )
     batch_norm_decay: float = setting(
         0.997,
@@ -437,6 +443,8 @@ class HParams:
     cluster: Cluster = field(default_factory=Cluster)
     num_workers: int = 1
     num_train_examples: int = 0
+    # The images of the splits evaluated after training ({"eval": test, "validation": ...}), read once.
+    eval_examples: dict = None
     tensorboard_dir: str = None
     model_export_dir: str = None
 

@@ -23,6 +23,7 @@ import itertools
 
 import tensorflow as tf
 
+from estimator.budget.hooks import progress_tensor
 from estimator.common import tensor_names
 from estimator.common.options import HealthAction, Network, Precision
 from estimator.common.tensor_names import CROSS_ENTROPY, IMAGE_SIZE, LEARNING_RATE, TOTAL_LOSS, TRAIN_ACCURACY
@@ -30,7 +31,7 @@ from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet
 from estimator.health import nonfinite, probes
 from estimator.networks import airbench, registry
-from estimator.training import devices, eval_metrics, time_budget
+from estimator.training import devices, eval_metrics
 from estimator.training import hooks as hooks_lib
 from estimator.training import hparams as hparams_lib
 
@@ -344,9 +345,9 @@ def _count_skipped_steps(train_op, gradvars, optimizer):
 
 def progress_function(hp):
     """``done_at(step)``: the fraction of training done at a global-step tensor (float64): of a time
-    budget's plan (``time_budget.progress_tensor``), else of ``--train-steps``."""
+    budget's plan (``budget.hooks.progress_tensor``), else of ``--train-steps``."""
     if hp.schedule.by_progress:
-        return time_budget.progress_tensor
+        return progress_tensor
     total = max(1, hp.schedule.total_steps)
     return lambda step: tf.cast(step, tf.float64) / total
 

@@ -222,7 +222,7 @@ class Schedule:
 
     def learning_rate(self, step, progress=None):
         """The rate at ``step`` (an integer tensor), a float32 tensor (``learning_rate``); a
-        budgeted schedule's at ``progress`` (``time_budget.progress_tensor``)."""
+        budgeted schedule's at ``progress`` (``budget.hooks.progress_tensor``)."""
         if self.by_progress:
             return learning_rate_at_progress(progress, self.name, self.peak, self.warmup_fraction)
         return learning_rate(step, self.name, self.peak, self.total_steps, self.warmup, self.boundaries, self.factors)

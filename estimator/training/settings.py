@@ -123,6 +123,7 @@ class Setting:
     flag_default: object = FIELD_DEFAULT  # the parser's default where it differs from the field's
     default_text: str = None  # the default in words, where the field's default is not what a run gets
     required: bool = False
+    shapes: bool = False  # the network's variables depend on it: a job dir, the probes' cache key follow it
 
 
 def setting(default, group: str, help: str, **declared):

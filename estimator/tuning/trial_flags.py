@@ -9,8 +9,8 @@ trial, timed on its own machine, choose its own member of the family, so every t
 
 from __future__ import annotations
 
+from estimator.budget import family
 from estimator.data import records as fmt
-from estimator.networks import family
 
 
 def for_trials(train_subsets, source: str, member: family.Member = None):

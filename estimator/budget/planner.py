@@ -41,7 +41,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
-from estimator.common import durations
+from estimator.data import records as fmt
 
 BUDGET_FILE = "budget.json"
 
@@ -434,15 +434,12 @@ class Planner:
 
 def evaluation_images(hp):
     """What the evaluations after training see, each view counted: ``(images always evaluated,
-    [(optional view, images)])``. The optional views are the test evaluation's TTA ones asked for."""
-    from estimator.data import records as fmt
-    from estimator.data.pipeline import Cifar10DataSet
-
-    data = Cifar10DataSet(hp.data_dir, fmt.TEST)
-    test = data.num_examples_per_epoch(fmt.TEST)
+    [(optional view, images)])``, from the split sizes the configuration resolved (``HParams.eval_examples``).
+    The optional views are the test evaluation's TTA ones asked for."""
+    test = hp.eval_examples[fmt.TEST]
     always = test
     if hp.validates:
-        always += (1 + int(hp.validation_flip_tta)) * data.num_examples_per_epoch(fmt.VALIDATION)
+        always += (1 + int(hp.validation_flip_tta)) * hp.eval_examples[fmt.VALIDATION]
     views = []
     if hp.eval_flip_tta or hp.eval_tta:
         views.append((FLIP_VIEW, test))
@@ -479,131 +476,3 @@ def training_secs(budget_secs: float, images_per_sec: float, final_images: int, 
         optional_views=tuple(optional_views),
     )
     return max(0.0, budget_secs - STARTUP_SECS - planner.final_secs())
-
-
-def progress_tensor(global_step):
-    """The fraction of the plan done at ``global_step`` (a float64 tensor), from local variables that
-    ``BudgetHook`` loads (``plan_loader``). Called again in the same graph (for another reading of
-    the step), it reuses them.
-    """
-    import tensorflow as tf
-
-    v1 = tf.compat.v1
-
-    def local(name, value):
-        return v1.get_variable(
-            name,
-            [],
-            tf.float64,
-            initializer=v1.constant_initializer(value),
-            trainable=False,
-            collections=[v1.GraphKeys.LOCAL_VARIABLES],
-        )
-
-    with v1.variable_scope("time_budget", reuse=v1.AUTO_REUSE):
-        anchor_step, anchor_progress, total = local("anchor_step", 0), local("anchor_progress", 0), local("total", 1)
-        if not v1.get_collection("time_budget_plan"):  # one loader for the graph
-            feeds = [
-                v1.placeholder(tf.float64, [], name=n) for n in ("new_anchor_step", "new_anchor_progress", "new_total")
-            ]
-            load = tf.group(
-                *[v1.assign(v, f) for v, f in zip((anchor_step, anchor_progress, total), feeds)], name="load_plan"
-            )
-            for item in [load] + feeds:
-                v1.add_to_collection("time_budget_plan", item)
-    s = tf.cast(global_step, tf.float64)
-    done = tf.clip_by_value((s - anchor_step) / tf.maximum(tf.constant(1.0, tf.float64), total - anchor_step), 0.0, 1.0)
-    return anchor_progress + (1.0 - anchor_progress) * done
-
-
-def plan_loader(graph):
-    """``(op, feeds)`` that load a plan into the graph of ``progress_tensor``, or None."""
-    found = graph.get_collection("time_budget_plan")
-    return (found[0], found[1:]) if found else None
-
-
-def _plan_line(planner: Planner, step: int, plan: Plan, old: Plan) -> str:
-    """The log's line for a new plan."""
-    return "time budget: %s at step %d: %.2f steps/s, %d steps in all (was %d), %s left" % (
-        "planned" if len(planner.state.replans) == 1 else "re-planned",
-        step,
-        planner.steps_per_sec,
-        plan.total_steps,
-        old.total_steps,
-        durations.format_clock(planner.remaining_secs(planner.clock())),
-    )
-
-
-def hook(planner: Planner, job_dir: str, log):
-    """A ``SessionRunHook`` that runs ``planner`` beside training: loads each plan into the graph,
-    stops training when the plan is done or the time is up, and keeps ``JOB_DIR/budget.json`` current.
-    (Built here, not at import, so the planner's arithmetic imports without TensorFlow.)"""
-    import tensorflow as tf
-
-    from estimator.common import storage
-
-    v1 = tf.compat.v1
-
-    class _Hook(v1.train.SessionRunHook):
-        def begin(self):
-            self._step = v1.train.get_global_step()
-            self._loader = plan_loader(v1.get_default_graph())
-
-        def _load(self, session, plan: Plan):
-            if self._loader is not None:
-                op, feeds = self._loader
-                session.run(op, dict(zip(feeds, (plan.anchor_step, plan.anchor_progress, plan.total_steps))))
-
-        def _save(self, step: int):
-            planner.record(step)
-            storage.write_text(storage.join(job_dir, BUDGET_FILE), planner.state.to_json())
-
-        def after_create_session(self, session, coord):
-            step = int(session.run(self._step))
-            self._load(session, planner.begin(step))
-
-        def before_run(self, run_context):
-            return v1.train.SessionRunArgs(self._step)
-
-        def after_run(self, run_context, run_values):
-            step = int(run_values.results) + 1  # read before this step's update
-            old = planner.plan
-            plan = planner.after_step(step)
-            if plan is not None:
-                self._load(run_context.session, plan)
-                log(_plan_line(planner, step, plan, old))
-                self._save(step)
-            if planner.should_stop(step):
-                if planner.stopped_early:
-                    log(
-                        "time budget: the time for training is up at step %d of %d; stopping to evaluate and export"
-                        % (step, planner.plan.total_steps)
-                    )
-                run_context.request_stop()
-
-        def end(self, session):
-            planner.end_training()
-            self._save(int(session.run(self._step)))
-
-    return _Hook()
-
-
-def saving_listener(planner: Planner, log):
-    """A ``CheckpointSaverListener`` that tells ``planner`` what each checkpoint took to save
-    (``Planner.checkpoint_saved``), and logs the first when it makes the end's reserve a second longer or more."""
-    import tensorflow as tf
-
-    class _Listener(tf.estimator.CheckpointSaverListener):
-        def before_save(self, session, global_step_value):
-            self._began = planner.clock()
-
-        def after_save(self, session, global_step_value):
-            first = planner.checkpoint_secs == 0.0
-            planner.checkpoint_saved(planner.clock() - self._began)
-            if first and CHECKPOINT_WRITES_AT_END * planner.checkpoint_secs >= 1.0:
-                log(
-                    "time budget: a checkpoint took %.1f s to save; the end keeps %.1f s for its writes"
-                    % (planner.checkpoint_secs, CHECKPOINT_WRITES_AT_END * planner.checkpoint_secs)
-                )
-
-    return _Listener()

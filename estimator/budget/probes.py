@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import hashlib
 
+from estimator.budget import family
 from estimator.common import durations, tensor_names
 from estimator.common.machine import cache_path, cached_probe, cpu_info, cpu_key, native_bf16, seconds_per_run
-from estimator.common.options import Network, Precision
+from estimator.common.options import Network, Precision, network_shape
+from estimator.data import records as fmt
 from estimator.networks import airbench, layers, registry, resnet
 from estimator.ops import filter_gradient, gelu
 
@@ -71,22 +73,10 @@ def machine_key(cpu: dict) -> str:
 
 
 def cache_key(cpu: dict, hp) -> str:
-    return "|".join(
-        str(v)
-        for v in (
-            machine_key(cpu),
-            hp.network,
-            hp.num_layers,
-            hp.resnet_version,
-            hp.width_multiplier,
-            hp.group_depth,
-            hp.train_batch_size // len(hp.towers),
-            hp.data_format,
-            hp.num_intra_threads,
-            hp.num_inter_threads,
-            network_code_digest(),
-        )
-    )
+    """This CPU, every setting that shapes the network (``options.network_shape``), and what else decides speed."""
+    shape = [getattr(hp, name) for name in network_shape(hp)]
+    speed = [hp.train_batch_size // len(hp.towers), hp.data_format, hp.num_intra_threads, hp.num_inter_threads]
+    return "|".join(str(v) for v in [machine_key(cpu)] + shape + speed + [network_code_digest()])
 
 
 def time_network(
@@ -209,3 +199,53 @@ def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
         return _untimed_choice(hp), {}
     probe = {p: speed["train"] for p, speed in speeds.items()}
     return max(CANDIDATES, key=lambda p: probe[p]), probe
+
+
+def resolve_precision(hp, cpu: dict):
+    """``hp`` with ``--precision auto`` chosen by measurement (``choose``); any other precision as given."""
+    if hp.precision != Precision.AUTO:
+        return hp
+    chosen, probe = choose(hp.replace(precision="fp32"), cpu=cpu, measure=affordable(hp.time_budget))
+    return hp.replace(precision=chosen, precision_probe=probe)
+
+
+def measure_this_machine(hp, earlier: dict, cpu: dict, speed=None):
+    """What the graph and the budget's plan need to know about this CPU, resolved once and recorded in
+    hparams.json: the bf16 filter-gradient plan (a restarted job keeps its first run's, so that its graph
+    is the one its checkpoints were trained with, on any machine), and, for ``--time-budget``, this
+    network's speeds (``speed``, where ``--network auto`` had them already; a restart on another CPU kind
+    times its own, and plans from them)."""
+    if hp.num_gpus > 0 or hp.cluster.task_type == "ps":  # a parameter server builds no training graph
+        return hp
+    if hp.precision == Precision.BF16:
+        plan = earlier.get("filter_gradients")
+        if plan is None:
+            plan = _measure_filter_gradients(hp, cpu)
+        hp = hp.replace(filter_gradients=plan)
+    if hp.time_budget:
+        here = cpu_key(cpu)
+        kept = earlier.get("speed_probe") or {}
+        if speed is None and kept.get("cpu") == here:
+            speed = kept
+        elif speed is None:
+            speed = network_speed(hp, cpu=cpu, measure=affordable(hp.time_budget))
+            speed = speed and dict(speed, how=family.TIMED)
+        hp = hp.replace(speed_probe=speed and dict(speed, cpu=here))
+    return hp
+
+
+def _measure_filter_gradients(hp, cpu: dict) -> dict:
+    """The bf16 filter-gradient plan of ``hp``'s training tower on this CPU: the tower's graph built (no
+    session) at each image size training will see (``--progressive-resize``'s, else the full one), each
+    candidate convolution's map timed on first use (cached), so that only the maps that occur are timed."""
+    import tensorflow as tf
+
+    # The largest images first: their maps decide the most sides of the smaller ones (``Measured``).
+    sides = sorted({side for _, side in hp.image_sizes.changes()}, reverse=True) if hp.image_sizes else [fmt.HEIGHT]
+    plan = filter_gradient.Measured(hp.probe_cache, cpu, measure=affordable(hp.time_budget))
+    for side in sides:
+        with tf.Graph().as_default():
+            images = tf.compat.v1.placeholder(tf.float32, [hp.train_batch_size // len(hp.towers), side, side, 3])
+            with tf.compat.v1.variable_scope(tensor_names.NETWORK_SCOPE):
+                registry.build(hp, True, filter_gradients=plan).forward_pass(images)
+    return plan.plan

@@ -91,6 +91,8 @@ REFERENCE = "airbench94 x0.5"
 # The reference's speed where nothing could be timed (a budget too short for probes, and an empty cache):
 # its fp32 images/s on the slowest CPU measured, an AVX2-only EPYC (training 509, evaluation 3.4x that).
 ASSUMED_REFERENCE_SPEED = {"train": 509.0, "eval": 1731.0}
+# How a speed was had, as hparams.json records it: timed on this CPU, or assumed.
+TIMED = "timed"
 ASSUMED = "assumed: the slowest CPU measured (no probe in this budget)"
 # How a member's speed estimated from the reference's timing is recorded (``ASSUMED`` added where nothing was timed).
 ESTIMATED = "estimated from %s" % REFERENCE
@@ -162,7 +164,7 @@ def worth_timing(rates, num_train_examples, training_secs, step_cost=1.0, table=
 
     bounds = {}
     for name, (rate, how) in rates.items():
-        spread = 1.0 if how == "timed" else ESTIMATE_SPREAD
+        spread = 1.0 if how == TIMED else ESTIMATE_SPREAD
         bounds[name] = (accuracy(rate / spread), accuracy(rate * spread))
     uncertain = []
     for name, (low, high) in bounds.items():
@@ -182,7 +184,7 @@ def choose(budget_secs, rates, num_train_examples, training_secs, step_cost=1.0,
         "estimated")}`` for the candidates (flags given by hand leave some out).
       num_train_examples: images in an epoch.
       training_secs: ``images/s -> seconds`` of the budget left to train a member that fast
-        (``time_budget.training_secs``: the start-up and the end's reserve at that speed left out).
+        (``planner.training_secs``: the start-up and the end's reserve at that speed left out).
       step_cost: the mean cost of a training step relative to a full-size one (``--progressive-resize``).
 
     Returns:

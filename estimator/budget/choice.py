@@ -1,0 +1,119 @@
+"""``--network auto``: the member of airbench's family a budget affords on this machine, in one call.
+
+``choose_network`` times the family's reference member (``probes``), estimates the others from it
+(``family.estimated_rate``), times the training of those whose estimate leaves the choice open
+(``family.worth_timing``), and lets ``family.choose`` pick by the table of accuracy against epochs, each member's
+epochs counted in the training time its own end leaves it (``planner.training_secs``). A job dir that recorded a
+choice keeps it.
+"""
+
+from __future__ import annotations
+
+from estimator.budget import family, planner, probes
+from estimator.common.options import Network, Precision
+
+
+def choose_network(hp, earlier: dict, cpu: dict, given):
+    """``--network auto``: the member of airbench's family for ``hp``'s budget on this machine, as HParams
+    values (its network, shape and augmentation, and ``network_choice``, the record of why), and its
+    speeds (``HParams.speed_probe``; None where the choice was kept). A job dir that recorded a choice
+    keeps it: the checkpoints are that member's."""
+    speed = None
+    if earlier.get("network_choice"):
+        recorded = earlier["network_choice"]
+        member, record = family.member(recorded["member"]), dict(recorded, kept_from_the_first_run=True)
+        probe = earlier.get("precision_probe") or {}
+    else:
+        member, record, probe, speed = _measure_and_choose(hp, cpu, given)
+    # The member's settings, but its augmentation where the command line gave one by hand.
+    chosen_values = {k: v for k, v in member.settings().items() if k not in given or k not in family.AUGMENTATION}
+    chosen_values["network_choice"] = record
+    if hp.precision == Precision.AUTO:  # chosen with the reference member: not timed again
+        chosen_values.update(precision=record["precision"], precision_probe=probe)
+    return chosen_values, speed
+
+
+def _measure_and_choose(hp, cpu: dict, given: set):
+    """Times the family's reference member (``_reference_speed``), estimates the others from it, times the
+    training of those whose estimate leaves the choice open (``family.worth_timing``), and lets
+    ``family.choose`` pick. All cached per CPU.
+    Returns ``(member, record, precision probe, the chosen member's speeds)``."""
+    measure = probes.affordable(hp.time_budget)
+    precision, probe, measured = _reference_speed(hp, cpu, measure)
+    reference_speed = measured or dict(family.ASSUMED_REFERENCE_SPEED)
+    rates = _estimated_rates(hp, given, precision, reference_speed, timed=bool(measured))
+    always, views = planner.evaluation_images(hp)
+    eval_speedup = planner.planned_eval_speedup(reference_speed, on_gpu=bool(hp.num_gpus))
+
+    def training_secs(rate):  # each member's end at its own speed (the reference's evaluation ratio)
+        return planner.training_secs(hp.time_budget, rate, always, views, eval_speedup=eval_speedup)
+
+    step_cost = hp.image_sizes.mean_cost(0.0, 1.0) if hp.image_sizes else 1.0
+    if measure:
+        for name in family.worth_timing(rates, hp.num_train_examples, training_secs, step_cost):
+            rates[name] = (_timed_training_rate(hp, cpu, name, precision)[0], family.TIMED)
+    member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, training_secs, step_cost=step_cost)
+    record["precision"] = str(precision)
+    return member, record, probe, _chosen_speed(member.name, rates, reference_speed)
+
+
+def _member_hp(hp, member, precision):
+    """``hp`` with the network and shape of the family's ``member``, in ``precision``: what its probes time."""
+    shape = {name: getattr(member, name) for name in family.SHAPE}
+    return hp.replace(network=Network.AIRBENCH, precision=precision, **shape)
+
+
+def _reference_speed(hp, cpu: dict, measure: bool):
+    """``(precision, precision probe, speeds)``: the precision ``--precision`` gives or ``auto`` chooses on
+    the reference member, and the reference's ``{"train", "eval"}``
+    images/s in it (None where nothing is cached and ``measure`` is False)."""
+    reference = family.member(family.REFERENCE)
+    precision, probe = hp.precision, {}
+    if hp.precision == Precision.AUTO:
+        reference_hp = _member_hp(hp, reference, Precision.FP32)
+        precision, probe = probes.choose(reference_hp, cpu=cpu, measure=measure)
+    return precision, probe, probes.network_speed(_member_hp(hp, reference, precision), cpu=cpu, measure=measure)
+
+
+def _estimated_rates(hp, given: set, precision, reference_speed: dict, timed: bool) -> dict:
+    """``{member: (training images/s, how it was had)}`` for the candidates (a shape given by hand narrows
+    the family): the reference's as timed (``timed``: else assumed), the others' estimated from it
+    (``family.estimated_rate``)."""
+    estimated = family.ESTIMATED
+    if not timed:
+        estimated += ", " + family.ASSUMED
+    rates = {}
+    for m in family.MEMBERS:
+        if any(getattr(m, name) != getattr(hp, name) for name in family.SHAPE if name in given):
+            continue
+        if timed and m.name == family.REFERENCE:
+            rates[m.name] = (reference_speed["train"], family.TIMED)
+        else:
+            rates[m.name] = (family.estimated_rate(m.name, reference_speed["train"], precision), estimated)
+    return rates
+
+
+def _probe_hp(hp, name: str, precision):
+    """``_member_hp`` of member ``name`` at its probe batch (``family.probe_batch``)."""
+    batch = family.probe_batch(name, hp.train_batch_size)
+    return _member_hp(hp, family.member(name), precision).replace(train_batch_size=batch)
+
+
+def _timed_training_rate(hp, cpu: dict, name: str, precision):
+    """``(member name's training images/s, timed now)``: timed alone at its probe batch, or cached. Its
+    evaluation is planned at the reference's ratio, as every member was compared (timed at the job's
+    batches, members' own lay within 10% of it on the Zen 4 and 5), and timing it cost a first run 0.7-0.8 s
+    more."""
+    speed, now = probes.timed_network_speed(_probe_hp(hp, name, precision), cpu=cpu, evaluate=False)
+    return speed["train"], now
+
+
+def _chosen_speed(name: str, rates: dict, reference_speed: dict) -> dict:
+    """The chosen member's speeds as ``HParams.speed_probe`` records them: its training images/s as had,
+    its evaluation's at the reference's ratio to training."""
+    train, how = rates[name]
+    ratio = reference_speed["eval"] / reference_speed["train"]
+    speed = {"train": round(train, 1), "eval": round(train * ratio, 1), "how": how}
+    if how == family.TIMED and name != family.REFERENCE:  # the reference's evaluation was timed, not this one's
+        speed["eval_how"] = "at %s's ratio to training" % family.REFERENCE
+    return speed

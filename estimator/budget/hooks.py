@@ -1,0 +1,131 @@
+"""The budget's side of the graph and the session: the plan's progress as a tensor (the learning rate follows
+it), the hook that runs the ``planner.Planner`` beside training, and the timer of checkpoint saves."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from estimator.budget.planner import BUDGET_FILE, CHECKPOINT_WRITES_AT_END, Plan, Planner
+from estimator.common import durations, storage
+
+v1 = tf.compat.v1
+
+
+def progress_tensor(global_step):
+    """The fraction of the plan done at ``global_step`` (a float64 tensor), from local variables that
+    ``BudgetHook`` loads (``plan_loader``). Called again in the same graph (for another reading of
+    the step), it reuses them.
+    """
+
+    def local(name, value):
+        return v1.get_variable(
+            name,
+            [],
+            tf.float64,
+            initializer=v1.constant_initializer(value),
+            trainable=False,
+            collections=[v1.GraphKeys.LOCAL_VARIABLES],
+        )
+
+    with v1.variable_scope("time_budget", reuse=v1.AUTO_REUSE):
+        anchor_step, anchor_progress, total = local("anchor_step", 0), local("anchor_progress", 0), local("total", 1)
+        if not v1.get_collection("time_budget_plan"):  # one loader for the graph
+            feeds = [
+                v1.placeholder(tf.float64, [], name=n) for n in ("new_anchor_step", "new_anchor_progress", "new_total")
+            ]
+            load = tf.group(
+                *[v1.assign(v, f) for v, f in zip((anchor_step, anchor_progress, total), feeds)], name="load_plan"
+            )
+            for item in [load] + feeds:
+                v1.add_to_collection("time_budget_plan", item)
+    s = tf.cast(global_step, tf.float64)
+    done = tf.clip_by_value((s - anchor_step) / tf.maximum(tf.constant(1.0, tf.float64), total - anchor_step), 0.0, 1.0)
+    return anchor_progress + (1.0 - anchor_progress) * done
+
+
+def plan_loader(graph):
+    """``(op, feeds)`` that load a plan into the graph of ``progress_tensor``, or None."""
+    found = graph.get_collection("time_budget_plan")
+    return (found[0], found[1:]) if found else None
+
+
+def _plan_line(planner: Planner, step: int, plan: Plan, old: Plan) -> str:
+    """The log's line for a new plan."""
+    return "time budget: %s at step %d: %.2f steps/s, %d steps in all (was %d), %s left" % (
+        "planned" if len(planner.state.replans) == 1 else "re-planned",
+        step,
+        planner.steps_per_sec,
+        plan.total_steps,
+        old.total_steps,
+        durations.format_clock(planner.remaining_secs(planner.clock())),
+    )
+
+
+class BudgetHook(v1.train.SessionRunHook):
+    """Runs ``planner`` beside training: loads each plan into the graph (``progress_tensor``), stops training
+    when the plan is done or the time for training is up, and keeps ``JOB_DIR/budget.json`` current."""
+
+    def __init__(self, planner: Planner, job_dir: str, log):
+        self._planner, self._job_dir, self._log = planner, job_dir, log
+
+    def begin(self):
+        self._step = v1.train.get_global_step()
+        self._loader = plan_loader(v1.get_default_graph())
+
+    def _load(self, session, plan: Plan):
+        if self._loader is not None:
+            op, feeds = self._loader
+            session.run(op, dict(zip(feeds, (plan.anchor_step, plan.anchor_progress, plan.total_steps))))
+
+    def _save(self, step: int):
+        self._planner.record(step)
+        storage.write_text(storage.join(self._job_dir, BUDGET_FILE), self._planner.state.to_json())
+
+    def after_create_session(self, session, coord):
+        step = int(session.run(self._step))
+        self._load(session, self._planner.begin(step))
+
+    def before_run(self, run_context):
+        return v1.train.SessionRunArgs(self._step)
+
+    def after_run(self, run_context, run_values):
+        planner = self._planner
+        step = int(run_values.results) + 1  # read before this step's update
+        old = planner.plan
+        plan = planner.after_step(step)
+        if plan is not None:
+            self._load(run_context.session, plan)
+            self._log(_plan_line(planner, step, plan, old))
+            self._save(step)
+        if planner.should_stop(step):
+            if planner.stopped_early:
+                self._log(
+                    "time budget: the time for training is up at step %d of %d; stopping to evaluate and export"
+                    % (step, planner.plan.total_steps)
+                )
+            run_context.request_stop()
+
+    def end(self, session):
+        self._planner.end_training()
+        self._save(int(session.run(self._step)))
+
+
+class CheckpointTimer(tf.estimator.CheckpointSaverListener):
+    """Tells ``planner`` what each checkpoint took to save (``Planner.checkpoint_saved``), and logs the first
+    when it makes the end's reserve a second longer or more."""
+
+    def __init__(self, planner: Planner, log):
+        self._planner, self._log = planner, log
+
+    def before_save(self, session, global_step_value):
+        self._began = self._planner.clock()
+
+    def after_save(self, session, global_step_value):
+        planner = self._planner
+        first = planner.checkpoint_secs == 0.0
+        planner.checkpoint_saved(planner.clock() - self._began)
+        if first and CHECKPOINT_WRITES_AT_END * planner.checkpoint_secs >= 1.0:
+            self._log(
+                "time budget: a checkpoint took %.1f s to save; the end keeps %.1f s for its writes"
+                % (planner.checkpoint_secs, CHECKPOINT_WRITES_AT_END * planner.checkpoint_secs)
+            )
