@@ -115,13 +115,17 @@ def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records
     assert snapshot(retired) == before and not os.path.exists(str(tmp_path / "e"))
     before = snapshot(job)
     code, out = run_job(
-        mini_records, job, *SMALL, *"--train-steps 4 --num-layers 14 --width-multiplier 1.5 --lookahead".split()
+        mini_records,
+        job,
+        *SMALL,
+        *"--train-steps 4 --num-layers 14 --width-multiplier 1.5 --optimizer muon --lookahead".split(),
     )
     assert code == 2
     assert (
         "holds another network's checkpoints: --num-layers is 14 here, 8 in its hparams.json; --width-multiplier "
-        "is 1.5 here, 1.0 in its hparams.json; --lookahead is true here, false in its hparams.json. Use another "
-        "--job-dir, or this job's own flags (--num-layers 8 --width-multiplier 1.0 --lookahead false)" in out
+        "is 1.5 here, 1.0 in its hparams.json; --optimizer is muon here, sgd in its hparams.json; --lookahead is "
+        "true here, false in its hparams.json. Use another --job-dir, or this job's own flags (--num-layers 8 "
+        "--width-multiplier 1.0 --optimizer sgd --lookahead false)" in out
     ), out[-2000:]
     assert "Traceback" not in out and snapshot(job) == before
     # What may change on a restart stays free: more steps, another rate and precision.

@@ -71,6 +71,13 @@ class LrSchedule(Choice):
     ONECYCLE = "onecycle"
 
 
+class Optimizer(Choice):
+    """--optimizer: SGD with momentum for every variable, or Muon for the convolution filters."""
+
+    SGD = "sgd"
+    MUON = "muon"
+
+
 class LrScaling(Choice):
     """--lr-scaling: the peak rate as given, or scaled with the global batch (Goyal et al. 2017)."""
 

@@ -8,6 +8,7 @@ TOTAL_LOSS = "total_loss:0"
 CROSS_ENTROPY = "cross_entropy:0"
 TRAIN_ACCURACY = "train_accuracy:0"
 LEARNING_RATE = "learning_rate:0"
+MUON_LEARNING_RATE = "muon_learning_rate:0"
 # --progressive-resize: the side of this step's training images.
 IMAGE_SIZE = "image_size:0"
 

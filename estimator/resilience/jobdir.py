@@ -41,8 +41,10 @@ STALE_SECS = 300.0
 
 # What shapes the checkpoint: its variables and their shapes.
 NETWORK_FLAGS = network_shape(hparams.HParams)
-# Flags whose value may change on a restart, but whose being on or off changes the checkpoint's variables.
+# Flags whose value may change on a restart, but whose being on or off changes the checkpoint's variables,
+# and the optimizer, whose slots are the checkpoint's (Momentum's, or Muon's buffers).
 SWITCH_FLAGS = ("lookahead",)
+OPTIMIZER_FLAGS = ("optimizer",)
 
 
 class JobDirBusyError(RuntimeError):
@@ -218,7 +220,7 @@ def check_same_network(hp) -> None:
         raise ForeignJobDirError(str(e)) from None
     defaults = hparams.HParams(data_dir="", job_dir="")
     differences = []
-    for name in NETWORK_FLAGS + SWITCH_FLAGS:
+    for name in NETWORK_FLAGS + OPTIMIZER_FLAGS + SWITCH_FLAGS:
         theirs = recorded.get(name, getattr(defaults, name))
         ours = getattr(hp, name)
         if name in SWITCH_FLAGS:

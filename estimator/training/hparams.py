@@ -24,6 +24,7 @@ from estimator.common.options import (
     LrScaling,
     LrSchedule,
     Network,
+    Optimizer,
     Precision,
     ResNetVersion,
     VariableStrategy,
@@ -197,6 +198,22 @@ class HParams:
         LrScaling.NONE,
         "optimisation",
         "linear: multiply --learning-rate by global batch / %d (Goyal et al. 2017)." % schedules.REFERENCE_BATCH,
+    )
+    optimizer: Optimizer = setting(
+        Optimizer.SGD,
+        "optimisation",
+        "sgd: SGD with momentum for every variable (the original); muon: Muon for the convolution filters "
+        "(orthogonalised Nesterov updates, the filters renormalised in place of weight decay; airbench94_muon), "
+        "SGD for the rest.",
+    )
+    muon_learning_rate: float = setting(
+        0.24,
+        "optimisation",
+        "--optimizer muon: the filters' rate, decaying linearly to 0 over the plan.",
+        range=POSITIVE,
+    )
+    muon_momentum: float = setting(
+        0.6, "optimisation", "--optimizer muon: the filters' Nesterov momentum.", range=Range(0, 1, high_open=True)
     )
     momentum: float = setting(0.9, "optimisation", "Momentum of SGD.", range=Range(0, 1, high_open=True))
     nesterov: bool = setting(False, "optimisation", "Nesterov momentum.")

@@ -25,13 +25,20 @@ import tensorflow as tf
 
 from estimator.budget.hooks import progress_tensor
 from estimator.common import tensor_names
-from estimator.common.options import HealthAction, Network, Precision
-from estimator.common.tensor_names import CROSS_ENTROPY, IMAGE_SIZE, LEARNING_RATE, TOTAL_LOSS, TRAIN_ACCURACY
+from estimator.common.options import HealthAction, Network, Optimizer, Precision
+from estimator.common.tensor_names import (
+    CROSS_ENTROPY,
+    IMAGE_SIZE,
+    LEARNING_RATE,
+    MUON_LEARNING_RATE,
+    TOTAL_LOSS,
+    TRAIN_ACCURACY,
+)
 from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet
 from estimator.health import nonfinite, probes
 from estimator.networks import airbench, registry
-from estimator.training import devices, eval_metrics
+from estimator.training import devices, eval_metrics, muon
 from estimator.training import hooks as hooks_lib
 from estimator.training import hparams as hparams_lib
 
@@ -85,6 +92,7 @@ def tower_fn(
     compute_gradients: bool = True,
     label_smoothing: float = 0.0,
     optimizer=None,
+    decay_filters: bool = True,
 ):
     """Builds one tower.
 
@@ -99,6 +107,7 @@ def tower_fn(
       optimizer: when given, gradients come from its ``compute_gradients``
         (the fp16 loss-scale optimizer scales the loss there and unscales the
         gradients); else from ``tf.gradients``.
+      decay_filters: False under Muon, whose renormalisation of the filters replaces their weight decay.
 
     Returns:
       A ``TowerOutput``; its loss fields and gradients are None without labels.
@@ -117,7 +126,8 @@ def tower_fn(
     cross_entropy = mean_cross_entropy(logits)  # what evaluation reports, without label smoothing
     objective = mean_cross_entropy(logits, label_smoothing) if label_smoothing else cross_entropy
     params = v1.trainable_variables()
-    loss = objective + weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in params])
+    decayed = [v for v in params if not (decay_filters is False and muon.is_filter(v))]
+    loss = objective + weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in decayed])
     grads_and_vars = None
     if compute_gradients and optimizer is not None:
         grads_and_vars = optimizer.compute_gradients(loss, var_list=params)
@@ -182,6 +192,7 @@ def build_towers(hp: hparams_lib.HParams, images, labels, mode, optimizer=None, 
                     compute_gradients=is_training,
                     optimizer=optimizer,
                     label_smoothing=hp.label_smoothing if is_training else 0.0,
+                    decay_filters=hp.optimizer != Optimizer.MUON,
                 )
             )
             if i == 0:
@@ -228,6 +239,10 @@ def _training_spec(hp, features, labels, mode, config):
         progress = done_at(global_step) if hp.schedule.by_progress else None
         learning_rate = tf.identity(hp.schedule.learning_rate(global_step, progress), name=_op_name(LEARNING_RATE))
         base = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum, use_nesterov=hp.nesterov)
+        if hp.optimizer == Optimizer.MUON:
+            muon_rate = hp.muon_learning_rate * (1.0 - tf.cast(done_at(global_step), tf.float32))
+            muon_rate = tf.identity(muon_rate, name=_op_name(MUON_LEARNING_RATE))
+            base = muon.MuonOptimizer(learning_rate, hp.momentum, muon_rate, hp.muon_momentum, hp.nesterov)
         scaled = loss_scale_optimizer(base, hp.precision)
         if hp.image_sizes is not None:
             image_size = tf.identity(hp.image_sizes.size_tensor(done_at(global_step)), name=_op_name(IMAGE_SIZE))
@@ -282,6 +297,10 @@ def _training_summaries(hp, features, gradvars, learning_rate, train_accuracy, c
     """TensorBoard's training scalars, a few of the batch's images, and each layer's histograms."""
     with tf.name_scope(_TRAINING_SUMMARIES):
         v1.summary.scalar("learning_rate", learning_rate)
+        if hp.optimizer == Optimizer.MUON:
+            v1.summary.scalar(
+                "muon_learning_rate", tf.compat.v1.get_default_graph().get_tensor_by_name(MUON_LEARNING_RATE)
+            )
         v1.summary.scalar("accuracy", train_accuracy)
         v1.summary.scalar("cross_entropy", cross_entropy)
         if image_size is not None:
