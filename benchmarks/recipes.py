@@ -54,6 +54,9 @@ def run_recipe(recipe: str, data_dir: str, job_dir: str, extra) -> dict:
         "network": registry.describe(HParams.from_dict(hparams)),
         # A ResNet's depth; other networks have their own fixed layers.
         "num_layers": hparams["num_layers"] if hparams.get("network", "resnet") == "resnet" else None,
+        # --network auto's member, where it chose one; and the optimizer.
+        "member": (hparams.get("network_choice") or {}).get("member"),
+        "optimizer": hparams.get("optimizer", "sgd"),
         **results,
     }
 

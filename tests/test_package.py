@@ -274,3 +274,18 @@ def test_the_products_comments_say_why_in_a_few_lines_and_carry_no_history():
     # The check can fail.
     assert history.search("# measured at 5447c72") and history.search("# (issue 14)")
     assert history.search("# 2026-11-29, Zen 4") and not history.search("# 1e-7, 128 channels")
+
+
+def test_the_code_line_count_leaves_docstrings_comments_and_blank_lines_out(tmp_path, capsys):
+    from benchmarks import code_lines
+
+    source = (
+        '"""A module."""\n\n# why\nX = 1  # one\n\n\ndef f(a,\n      b):\n    """Doc\n    string."""\n    return a\n'
+    )
+    assert code_lines.count(source) == (4, 3)  # X, the two lines of f's signature, its return; three of docstrings
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text(source)
+    (tmp_path / "pkg" / "notes.txt").write_text("x = 1\n")
+    assert code_lines.main([str(tmp_path / "pkg"), "--out", str(tmp_path / "count.json")]) == 0
+    assert "       4  in all (1 files; 3 docstring lines beside)" in capsys.readouterr().out
+    assert json.load(open(str(tmp_path / "count.json")))["code_lines"] == 4

@@ -6,6 +6,7 @@
 * ``study``: runs a study on this machine: Optuna decides, each trial is a
   ``python -m estimator.cifar10_main`` process as the service ran it.
 * ``report``: the study's table, ``trials.csv``, ``study.png`` and ``best.args``.
+* ``commands``: ``python -m estimator.tune``: the study's flags checked, run, and reported.
 * ``trial_flags``: what a study adds to its trials' flags (the training split, one member), locally and
   on Vertex AI alike.
 
