@@ -52,6 +52,18 @@ def test_newton_schulz_orthogonalises_with_singular_values_near_one_the_tall_sid
     assert not np.allclose(out, matrix / np.linalg.norm(matrix), atol=1e-2)
 
 
+@pytest.mark.bf16_kernels
+def test_newton_schulz_in_bf16_is_float32s_within_bf16s_rounding():
+    """Where the network computes in bf16 the iteration does too (airbench94_muon's), and returns float32."""
+    matrix = np.random.RandomState(3).normal(size=(256, 2304)).astype(np.float32)
+    with tf.Graph().as_default(), v1.Session() as sess:
+        exact, low = sess.run(
+            [muon.newton_schulz(tf.constant(matrix)), muon.newton_schulz(tf.constant(matrix), dtype=tf.bfloat16)]
+        )
+    assert low.dtype == np.float32 and np.abs(low - exact).max() < 0.05 * np.abs(exact).max()
+    assert not np.array_equal(low, exact)
+
+
 def test_one_update_is_numpys_for_the_filters_and_sgd_for_the_rest():
     """A 3x3 filter (4 in, 8 out) and a bias, two steps: Nesterov momentum, the update orthogonalised as an
     out x (k*k*in) matrix, the filter renormalised to norm sqrt(8) then stepped; the bias by MomentumOptimizer."""

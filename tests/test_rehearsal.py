@@ -115,6 +115,7 @@ def test_a_trial_on_a_parameter_server_cluster_validates_while_it_trains_and_rep
     }
     config_yaml.write_text(yaml.safe_dump({"trainingInput": machines}))
     trainer = SMALL_AIRBENCH + ["--train-steps", "300", "--save-checkpoints-steps", "50", "--eval-throttle-secs", "1"]
+    trainer += ["--keep-checkpoint-max", "10"]  # every checkpoint kept for an evaluator that falls behind
     trainer += ["--data-dir", BUCKET + "/cifar-10-data", "--health-checks", "off"]
     config = write(tmp_path, "hp-tuning-job", str(config_yaml), "--base-output-dir", BUCKET + "/s", trainer=trainer)
     code, out, bucket = local_run(tmp_path, config, mini_records, "--trial", "3")

@@ -283,3 +283,15 @@ def test_serving_hparams_are_one_float32_cpu_tower():
         "channels_last",
         False,
     )
+
+
+def test_a_best_export_of_a_checkpoint_gone_before_it_is_skipped(tmp_path):
+    """An evaluator behind the chief (newer checkpoints replaced the one it evaluated) exports nothing, records
+    nothing, and says so; the next evaluation's checkpoint may be exported."""
+    from estimator.serving import exporters
+    from tests.helpers import hp
+
+    exporter = exporters.BestAccuracyExporter(hp(job_dir=str(tmp_path), network="airbench", width_multiplier=0.25))
+    gone = str(tmp_path / "model.ckpt-50")
+    assert exporter.export(None, None, gone, {"accuracy": 0.5, "global_step": 50}, False) is None
+    assert exporter.best() is None and not glob.glob(str(tmp_path / "export" / "best" / "*"))

@@ -81,7 +81,12 @@ class BestAccuracyExporter(tf.estimator.Exporter):
         best = self.best()
         if best is not None and value <= best[self._metric]:
             return None
-        path = signatures.export_saved_model(checkpoint_path, signatures.timestamped_dir(self._base), self._hp)
+        try:
+            path = signatures.export_saved_model(checkpoint_path, signatures.timestamped_dir(self._base), self._hp)
+        except tf.errors.NotFoundError:
+            # An evaluator behind the chief: --keep-checkpoint-max newer checkpoints replaced this one.
+            v1.logging.warning("No best export of %s: the checkpoint is gone; the next one may be", checkpoint_path)
+            return None
         record = {
             self._metric: value,
             "global_step": int(eval_result["global_step"]),

@@ -242,7 +242,8 @@ def _training_spec(hp, features, labels, mode, config):
         if hp.optimizer == Optimizer.MUON:
             muon_rate = hp.muon_learning_rate * (1.0 - tf.cast(done_at(global_step), tf.float32))
             muon_rate = tf.identity(muon_rate, name=_op_name(MUON_LEARNING_RATE))
-            base = muon.MuonOptimizer(learning_rate, hp.momentum, muon_rate, hp.muon_momentum, hp.nesterov)
+            iteration = tf.bfloat16 if hp.precision == Precision.BF16 else tf.float32
+            base = muon.MuonOptimizer(learning_rate, hp.momentum, muon_rate, hp.muon_momentum, hp.nesterov, iteration)
         scaled = loss_scale_optimizer(base, hp.precision)
         if hp.image_sizes is not None:
             image_size = tf.identity(hp.image_sizes.size_tensor(done_at(global_step)), name=_op_name(IMAGE_SIZE))

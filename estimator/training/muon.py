@@ -21,16 +21,18 @@ NEWTON_SCHULZ = (3.4445, -4.7750, 2.0315)
 NEWTON_SCHULZ_STEPS = 3
 
 
-def newton_schulz(matrix, steps: int = NEWTON_SCHULZ_STEPS, eps: float = 1e-7):
+def newton_schulz(matrix, steps: int = NEWTON_SCHULZ_STEPS, eps: float = 1e-7, dtype=tf.float32):
     """The orthogonalised ``matrix`` (2-D, float32): its singular vectors kept, its singular values brought
-    near 1. The iteration runs on the wide orientation (the tall side transposed), where ``X X^T`` is smaller."""
+    near 1, computed in ``dtype`` (bf16 as airbench94_muon does, where the network computes in it) and returned
+    in float32. The iteration runs on the wide orientation (the tall side transposed), where ``X X^T`` is smaller."""
     a, b, c = NEWTON_SCHULZ
     tall = matrix.shape[0] > matrix.shape[1]
     x = tf.transpose(matrix) if tall else matrix
-    x = x / (tf.norm(x) + eps)
+    x = tf.cast(x / (tf.norm(x) + eps), dtype)
     for _ in range(steps):
         gram = tf.matmul(x, x, transpose_b=True)
         x = a * x + tf.matmul(b * gram + c * tf.matmul(gram, gram), x)
+    x = tf.cast(x, tf.float32)
     return tf.transpose(x) if tall else x
 
 
@@ -47,12 +49,16 @@ class MuonOptimizer(v1.train.MomentumOptimizer):
       momentum, use_nesterov: the other variables' SGD.
       muon_learning_rate: the filters' rate (a tensor: it decays with the plan).
       muon_momentum: the filters' (Nesterov) momentum.
+      iteration_dtype: what Newton-Schulz computes in (the network's compute dtype).
     """
 
-    def __init__(self, learning_rate, momentum, muon_learning_rate, muon_momentum, use_nesterov=False):
+    def __init__(
+        self, learning_rate, momentum, muon_learning_rate, muon_momentum, use_nesterov=False, iteration_dtype=tf.float32
+    ):
         super().__init__(learning_rate, momentum, use_nesterov=use_nesterov, name="Muon")
         self._muon_learning_rate = muon_learning_rate
         self._muon_momentum = muon_momentum
+        self._iteration_dtype = iteration_dtype
 
     def _resource_apply_dense(self, grad, var):
         if not is_filter(var):
@@ -70,7 +76,8 @@ class MuonOptimizer(v1.train.MomentumOptimizer):
         new_buffer = buffer.assign(beta * buffer + grad)
         nesterov = grad + beta * new_buffer
         out = int(var.shape[-1])
-        update = tf.reshape(newton_schulz(tf.reshape(nesterov, [-1, out])), tf.shape(var))
+        matrix = tf.reshape(nesterov, [-1, out])
+        update = tf.reshape(newton_schulz(matrix, dtype=self._iteration_dtype), tf.shape(var))
         renormalised = var * (out**0.5 / (tf.norm(var) + 1e-12))
         rate = tf.cast(self._muon_learning_rate, var.dtype.base_dtype)
         return var.assign(renormalised - rate * update)
