@@ -7,8 +7,8 @@ a fresh process, the wall time of the whole command): once with the machine to i
 once with a competing process, a busy loop pinned to the first core the trainer may use,
 started at ``--start-at`` of the budget and kept running until the trainer ends. The
 trainer's two intra-op threads then share that core with it, so every step waits for
-the slower thread. The budget holds when the command ends within it (a second past it at
-most: the promise) and after at least 90% of it; the table shows both, the steps trained
+the slower thread. The budget holds when the command keeps the promise (``planner.within_promise``: the budget
+plus the larger of 2 s and 1% at most, 90% of it at least); the table shows both, the steps trained
 and the re-plans, and the speed of the first and the last re-plan (before and after the
 competitor).
 """

@@ -1,17 +1,5 @@
-"""Command line: a tuning study on this machine, from the YAML the cloud service took.
-
-    python -m estimator.tune --config hptuning_config.yaml --job-dir DIR \\
-        [--max-trials N] [--parallel-trials K] [--seed S] -- <trainer flags>
-
-Reads ``trainingInput.hyperparameters`` as AI Platform's service did and runs
-the study with Optuna (``estimator.tuning.study`` says how each setting maps).
-Trial ``ID`` writes to ``DIR/ID``; the study lives in ``DIR/study.db``; at the
-end ``DIR/trials.csv`` and ``DIR/study.png``. Running the same command again
-continues the study. Needs the ``[tune]`` extra (Optuna).
-
-Exit status: 0 when the study finished, 1 when too many trials failed, 2 for a
-configuration or flag it cannot honour (then nothing is created).
-"""
+"""Command line: a tuning study on this machine, from the YAML the cloud service took
+(``estimator.tuning.commands`` says how; ``python -m estimator.tune --help``)."""
 
 import os
 
