@@ -92,3 +92,23 @@ def test_a_group_depth_outside_the_networks_is_refused(capsys):
     with pytest.raises(SystemExit):
         training_speed.main(["--data-dir", "unused", "--network", "airbench", "--group-depth", "4"])
     assert "--group-depth: invalid choice: 4" in capsys.readouterr().err
+
+
+def test_the_muon_cost_benchmark_times_each_variant_and_restores_the_iteration(tmp_path, capsys):
+    """One timed step of each variant of a small member: a table with SGD at 1.0, JSON, and Muon's iteration and the
+    whitening's data source as they were after it."""
+    import json
+
+    from benchmarks import muon_cost
+    from estimator.training import model_fn as model_fn_lib
+    from estimator.training import muon
+
+    before = (muon.newton_schulz, model_fn_lib.Cifar10DataSet)
+    out = str(tmp_path / "muon_cost.json")
+    argv = ["--width-multiplier", "0.25", "--batch-size", "16", "--steps", "1", "--warmup", "1", "--rounds", "1"]
+    assert muon_cost.main(argv + ["--out", out]) == 0
+    rows = json.load(open(out))["rows"]
+    assert [r["variant"] for r in rows] == ["sgd", "muon", "muon, 1-step iteration", "muon, 0-step iteration"]
+    assert rows[0]["vs_sgd"] == 1.0 and all(r["secs_per_step"] > 0 for r in rows)
+    assert "muon, 0-step iteration" in capsys.readouterr().out
+    assert (muon.newton_schulz, model_fn_lib.Cifar10DataSet) == before
