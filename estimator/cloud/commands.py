@@ -218,6 +218,19 @@ def _pairs(values, flag: str) -> dict:
     return out
 
 
+def _with_config(path: str, use):
+    """``(use(the YAML at path), None)``, or ``(None, 2)`` with the one line printed: a file that cannot be read,
+    or what gcloud or Vertex AI would refuse."""
+    try:
+        with open(path) as f:
+            return use(yaml.safe_load(f)), None
+    except (OSError, yaml.YAMLError) as e:
+        print("error: %s: %s" % (path, e), file=sys.stderr)
+    except spec_lib.SpecError as e:
+        print("error: %s" % e, file=sys.stderr)
+    return None, 2
+
+
 def _local_run_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m estimator.vertex local-run",
@@ -251,12 +264,10 @@ def local_run(argv) -> int:
     args = _local_run_parser().parse_args(argv)
     from estimator.cloud import rehearsal
 
-    try:
-        with open(args.config) as f:
-            config = yaml.safe_load(f)
+    def run(config):
         images, mapping = _pairs(args.image, "--image"), _pairs(args.map, "--map")
         work_dir = args.work_dir or tempfile.mkdtemp(prefix="vertex-local-run-")
-        result = rehearsal.rehearse(
+        return rehearsal.rehearse(
             config,
             images,
             mapping,
@@ -266,12 +277,10 @@ def local_run(argv) -> int:
             timeout=args.timeout,
             engine=args.engine,
         )
-    except (OSError, yaml.YAMLError) as e:
-        print("error: %s: %s" % (args.config, e), file=sys.stderr)
-        return 2
-    except spec_lib.SpecError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 2
+
+    result, refused = _with_config(args.config, run)
+    if refused:
+        return refused
     _print_rehearsal(result)
     return result.exit_code
 
@@ -313,19 +322,17 @@ def best_args(argv) -> int:
     args = _best_args_parser().parse_args(argv)
     from estimator.cloud import rehearsal
 
-    try:
-        with open(args.config) as f:
-            config = yaml.safe_load(f)
+    def read(config):
         if not isinstance(config, dict) or "trialJobSpec" not in config:
             raise spec_lib.SpecError("%s is not a HyperparameterTuningJob (no trialJobSpec)." % args.config)
         mapping = _pairs(args.map, "--map")
-        trials = vertex_study.finished_trials(config, lambda path: rehearsal.mapped(path, mapping, required=False))
-    except (OSError, yaml.YAMLError) as e:
-        print("error: %s: %s" % (args.config, e), file=sys.stderr)
-        return 2
-    except spec_lib.SpecError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 2
+        local = lambda path: rehearsal.mapped(path, mapping, required=False)  # noqa: E731
+        return config, vertex_study.finished_trials(config, local)
+
+    read_back, refused = _with_config(args.config, read)
+    if refused:
+        return refused
+    config, trials = read_back
     if not trials:
         print("error: no trial of %s has written its results.json yet." % args.config, file=sys.stderr)
         return 1

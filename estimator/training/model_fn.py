@@ -239,6 +239,7 @@ def _training_spec(hp, features, labels, mode, config):
         progress = done_at(global_step) if hp.schedule.by_progress else None
         learning_rate = tf.identity(hp.schedule.learning_rate(global_step, progress), name=_op_name(LEARNING_RATE))
         base = v1.train.MomentumOptimizer(learning_rate, momentum=hp.momentum, use_nesterov=hp.nesterov)
+        muon_rate = None
         if hp.optimizer == Optimizer.MUON:
             muon_rate = hp.muon_learning_rate * (1.0 - tf.cast(done_at(global_step), tf.float32))
             muon_rate = tf.identity(muon_rate, name=_op_name(MUON_LEARNING_RATE))
@@ -265,7 +266,8 @@ def _training_spec(hp, features, labels, mode, config):
         if scaled is not base:
             with tf.name_scope(_TRAINING_SUMMARIES):  # train/loss_scale, train/skipped_steps
                 train_op = _count_skipped_steps(train_op, gradvars, scaled)
-        _training_summaries(hp, features, gradvars, learning_rate, train_accuracy, cross_entropy, image_size)
+        rates = {"learning_rate": learning_rate, "muon_learning_rate": muon_rate}
+        _training_summaries(hp, features, gradvars, rates, train_accuracy, cross_entropy, image_size)
     return tf.estimator.EstimatorSpec(
         mode, loss=loss, predictions=predictions, train_op=train_op, training_hooks=training_hooks
     )
@@ -294,14 +296,12 @@ def _gradient_checks(hp, gradvars, learning_rate, first_model, features, labels)
         )
 
 
-def _training_summaries(hp, features, gradvars, learning_rate, train_accuracy, cross_entropy, image_size):
+def _training_summaries(hp, features, gradvars, rates, train_accuracy, cross_entropy, image_size):
     """TensorBoard's training scalars, a few of the batch's images, and each layer's histograms."""
     with tf.name_scope(_TRAINING_SUMMARIES):
-        v1.summary.scalar("learning_rate", learning_rate)
-        if hp.optimizer == Optimizer.MUON:
-            v1.summary.scalar(
-                "muon_learning_rate", tf.compat.v1.get_default_graph().get_tensor_by_name(MUON_LEARNING_RATE)
-            )
+        for name, rate in rates.items():
+            if rate is not None:  # the filters' rate under Muon
+                v1.summary.scalar(name, rate)
         v1.summary.scalar("accuracy", train_accuracy)
         v1.summary.scalar("cross_entropy", cross_entropy)
         if image_size is not None:
