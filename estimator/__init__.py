@@ -10,7 +10,7 @@ import os
 
 from estimator.common import processes  # noqa: F401 - first: the start of the process where Linux does not say
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 # TensorFlow 2.15 turns its oneDNN kernels on by default only on CPUs with
 # AVX512_VNNI, AVX512_BF16 or AMX. On an AVX2-only CPU (an AMD EPYC here) they

@@ -123,9 +123,13 @@ def tensorboard(logdir):
         server.wait(timeout=30)
 
 
-def run_job(data_dir, job_dir, *flags, env=None, timeout=600):
-    """The trainer on ``data_dir`` into ``job_dir`` with ``flags``: (exit code, output)."""
-    return run_main("--data-dir", data_dir, "--job-dir", str(job_dir), *flags, env=env, timeout=timeout)
+def run_job(data_dir, job_dir, *flags, env=None, timeout=600, rules=None):
+    """The trainer on ``data_dir`` into ``job_dir`` with ``flags``: (exit code, output). ``rules``: health-rule
+    thresholds to change ({"LOSS_WINDOW": 100}: ``tests.with_rules``)."""
+    flags = ("--data-dir", data_dir, "--job-dir", str(job_dir)) + flags
+    if rules:
+        return run_joined("tests.with_rules", json.dumps(rules), *flags, env=env, timeout=timeout)
+    return run_main(*flags, env=env, timeout=timeout)
 
 
 def events(directory):

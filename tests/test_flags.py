@@ -199,22 +199,6 @@ def test_resolve_reads_the_environment_it_is_given_and_records_it(mini_records, 
     assert "CLOUD_ML_TRIAL_ID" not in os.environ
 
 
-@pytest.mark.parametrize(
-    "flag,value,message",
-    [
-        ("--health-dead-relu-fraction", "1", "--health-dead-relu-fraction 1.0 must be in \\(0, 1\\)"),
-        ("--health-class-ratio", "0", "--health-class-ratio 0.0 must be in \\(0, 1\\)"),
-        ("--health-every-n-steps", "0", "--health-every-n-steps 0 must be positive"),
-        ("--health-loss-window", "-3", "--health-loss-window -3 must be positive"),
-    ],
-)
-def test_health_thresholds_are_checked_from_their_declaration(mini_records, tmp_path, capsys, flag, value, message):
-    err = parse_error(capsys, ["--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0", flag, value])
-    assert re.search(message, err), err
-    declared = [f.name for f in hparams_lib.health_thresholds()]
-    assert len(declared) == 15 and "health_checks" not in declared
-
-
 def _copy_records(mini_records, tmp_path):
     import shutil
 
@@ -292,13 +276,10 @@ def test_help_groups_every_flag_by_concern_and_states_each_default_once():
     ours = [g for g in parser._action_groups if g not in (parser._optionals, parser._positionals)]
     groups = [g for g in ours if any(a.help is not argparse.SUPPRESS for a in g._group_actions)]
     assert [g.title for g in groups] == GROUPS
-    # The rules' thresholds and the CPU towers are taken as before, out of --help and the docs' table.
+    # The CPU towers are taken as before, out of --help and the docs' table; the rules' thresholds are retired.
     hidden = [a.option_strings[0] for a in parser._actions if a.help is argparse.SUPPRESS and a.dest != "help"]
     assert "--num-cpu-towers" in hidden and len([h for h in hidden if h.startswith("--health-")]) == 14
-    assert (
-        parser.parse_args(["--data-dir", "d", "--job-dir", "j", "--health-class-ratio", "0.3"]).health_class_ratio
-        == 0.3
-    )
+    assert parser.parse_args(["--data-dir", "d", "--job-dir", "j", "--num-cpu-towers", "2"]).num_cpu_towers == 2
     assert "--health-class-ratio" not in parser.format_help() and "--health-checks" in parser.format_help()
     assert {a.dest for g in groups for a in g._group_actions} == {a.dest for a in _flag_actions(parser)}
     formatter = parser._get_formatter()
@@ -434,12 +415,14 @@ def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini
     hp = config.load(str(job))
     assert (hp.network, hp.width_multiplier, hp.precision, hp.train_batch_size) == ("airbench", 0.5, "fp32", 64)
     assert hp.filter_gradients is None and hp.speed_probe is None
-    # Every key it recorded reads back as it was but the two options 0.4.0 retired (off there); the new ones
-    # are added, none renamed.
+    # Every key it recorded reads back as it was but the two options 0.4.0 retired (off there) and the health
+    # thresholds 0.5.0 retired (their defaults there); the new ones are added, none renamed.
     again = json.loads(json.dumps(config.describe(hp)["hparams"]))  # as hparams.json holds it
     kept = {k: v for k, v in recorded["hparams"].items() if k not in hparams_lib.RETIRED}
     assert {k: again[k] for k in kept} == kept
-    assert set(recorded["hparams"]) - set(again) == {"ema_decay", "zero_init_residual"}
+    thresholds = {k for k, retired in hparams_lib.RETIRED.items() if retired.version == "0.5.0"}
+    assert len(thresholds) == 14 and all(k.startswith("health_") for k in thresholds)
+    assert set(recorded["hparams"]) - set(again) == {"ema_decay", "zero_init_residual"} | thresholds
     assert (recorded["hparams"]["ema_decay"], recorded["hparams"]["zero_init_residual"]) == (0.0, False)
     added = {"filter_gradients", "speed_probe", "save_summary_steps", "eval_examples", "optimizer"}
     added |= {"muon_learning_rate", "muon_momentum"}
@@ -515,7 +498,7 @@ def test_every_flag_is_one_declared_field_in_a_known_group():
         settings.flag_name(name) for name in hparams_lib.RETIRED
     } == {a.option_strings[0] for a in flags.build_parser()._actions if a.dest != "help"}
     assert [g.key for g in settings.GROUPS] == list(dict.fromkeys(d.group for _, d, _ in declared))
-    assert len(declared) == 76 and len(RANGED) == 40
+    assert len(declared) == 62 and len(RANGED) == 26
     with pytest.raises(ValueError, match="setting group 'nowhere' is not one of job, network"):
         settings.setting(1, "nowhere", "A setting without a group.")
 

@@ -126,8 +126,9 @@ def test_monitor_records_once_per_episode_and_stops_when_asked(tmp_path):
     assert json.load(open(str(tmp_path / "stop" / "health.json")))[0]["action"] == "stop"
 
 
-def test_after_evaluation_rules_fire_on_built_cases_and_write_scalars(tmp_path):
-    m = monitor_lib.HealthMonitor(hp(job_dir=str(tmp_path), health_overtraining_evals=2))
+def test_after_evaluation_rules_fire_on_built_cases_and_write_scalars(tmp_path, monkeypatch):
+    monkeypatch.setattr(rules, "OVERTRAINING_EVALS", 2)
+    m = monitor_lib.HealthMonitor(hp(job_dir=str(tmp_path)))
     check = monitor_lib.EvalHealth(m, "validation")
     m.losses = [2.0] * 200
     accuracies = [0.7] * 9 + [0.1]
@@ -207,9 +208,10 @@ def test_probes_run_in_mixed_precision(precision):
     assert all(a.dtype == bool for a in got["relu_active"])
 
 
-def test_dead_relus_fire_through_the_hook_when_batch_norm_shifts_everything_below_zero(tmp_path):
+def test_dead_relus_fire_through_the_hook_when_batch_norm_shifts_everything_below_zero(tmp_path, monkeypatch):
     # A batch-norm shift of -100 (as a runaway update can leave it) silences every ReLU after it.
-    params = hp(job_dir=str(tmp_path), train_batch_size=8, health_dead_relu_window=2, health_every_n_steps=1)
+    monkeypatch.setattr(rules, "DEAD_RELU_WINDOW", 2)
+    params = hp(job_dir=str(tmp_path), train_batch_size=8, health_every_n_steps=1)
     with tf.Graph().as_default():
         v1.train.create_global_step()
         spec = model_fn(tf.random.uniform([8, 32, 32, 3], 0, 255, seed=3), tf.range(8), MODES.TRAIN, params)
@@ -312,10 +314,11 @@ def test_flag_errors_are_one_line_with_a_pointer_to_help():
     "flags, message",
     [
         (
-            ["--health-update-ratio-min", "1", "--health-update-ratio-max", "0.1"],
-            r"--health-update-ratio-min 1 must be below --health-update-ratio-max 0\.1",
+            ["--health-update-ratio-min", "1"],
+            r"--health-update-ratio-min was retired in 0\.5\.0 \(the health rules' thresholds are constants behind "
+            r"--health-checks; docs/health\.md\): drop it\.",
         ),
-        (["--health-dead-relu-fraction", "1.5"], r"--health-dead-relu-fraction 1\.5 must be in \(0, 1\)"),
+        (["--health-dead-relu-fraction", "0.5"], r"--health-dead-relu-fraction was retired in 0\.5\.0"),
         (["--health-every-n-steps", "0"], r"--health-every-n-steps 0 must be positive"),
     ],
 )
@@ -394,13 +397,16 @@ def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mi
         mini_records,
         job,
         *SMALL,
-        *(
-            "--train-steps 60 --train-batch-size 32 --eval-policy final --export false "
-            "--health-every-n-steps 5 --health-init-loss-tolerance 1e-6 "
-            "--health-vanishing-gradient 1e3 --health-exploding-factor 1e-3 "
-            "--health-update-ratio-min 5 --health-loss-window 10 --health-loss-min-decrease "
-            "0.99 --health-input-mean-max 1e-6"
-        ).split(),
+        *"--train-steps 60 --train-batch-size 32 --eval-policy final --export false --health-every-n-steps 5".split(),
+        rules=dict(
+            INIT_LOSS_TOLERANCE=1e-6,
+            VANISHING_GRADIENT=1e3,
+            EXPLODING_FACTOR=1e-3,
+            UPDATE_RATIO_MIN=5,
+            LOSS_WINDOW=10,
+            LOSS_MIN_DECREASE=0.99,
+            INPUT_MEAN_MAX=1e-6,
+        ),
     )
     assert rc == 0, out[-3000:]  # warn: training went on
     record = json.load(open(os.path.join(job, "health.json")))

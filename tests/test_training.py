@@ -19,8 +19,9 @@ from tests.helpers import events, run_job, run_main
 # (93 s held to AVX2); with the labels shuffled 8.4% and the loss rule's warning at step 200, both ways.
 LEARN = (
     "--num-gpus 0 --network airbench --width-multiplier 0.25 --train-batch-size 64 --eval-batch-size 339 "
-    "--train-steps 400 --batch-norm-decay 0.9 --seed 1 --log-every-n-steps 100 --health-loss-window 100"
+    "--train-steps 400 --batch-norm-decay 0.9 --seed 1 --log-every-n-steps 100"
 ).split()
+LOSS_WINDOW = {"LOSS_WINDOW": 100}  # the not-decreasing rule's window within 400 steps
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def shuffled_records(tmp_path_factory, mini_archive):
 
 @pytest.mark.slow
 def test_a_network_learns_real_images(mini_records, tmp_path):
-    rc, log = run_job(mini_records, str(tmp_path / "job"), *LEARN)
+    rc, log = run_job(mini_records, str(tmp_path / "job"), *LEARN, rules=LOSS_WINDOW)
     assert rc == 0, log[-3000:]
     results = json.load(open(str(tmp_path / "job" / "results.json")))
     assert results["global_step"] == 400 and results["eval_examples"] == 1017
@@ -54,7 +55,7 @@ def test_a_network_learns_real_images(mini_records, tmp_path):
 
 @pytest.mark.slow
 def test_shuffled_labels_do_not_pass_the_learning_check(shuffled_records, tmp_path):
-    rc, log = run_job(shuffled_records, str(tmp_path / "job"), *LEARN)
+    rc, log = run_job(shuffled_records, str(tmp_path / "job"), *LEARN, rules=LOSS_WINDOW)
     assert rc == 0, log[-3000:]
     results = json.load(open(str(tmp_path / "job" / "results.json")))
     assert results["accuracy"] < 0.20, results

@@ -85,8 +85,8 @@ def loss_at_init(hp, data_dir: str, seed: int = 0) -> Check:
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
             value = float(sess.run(loss))
-    # The same rule (and --health-init-loss-tolerance) the trainer checks at its first step.
-    tolerance = hp.health_init_loss_tolerance
+    # The same rule the trainer checks at its first step.
+    tolerance = rules.INIT_LOSS_TOLERANCE
     _, finding = rules.init_loss(value, fmt.NUM_CLASSES, tolerance)
     return Check(
         "loss at initialisation",

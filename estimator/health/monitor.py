@@ -120,7 +120,7 @@ class HealthMonitor(object):
             )
 
     def recent_train_loss(self):
-        window = self.hp.health_loss_window
+        window = rules.LOSS_WINDOW
         if not self.losses:
             return None
         recent = self.losses[-window:]
@@ -143,7 +143,7 @@ class HealthHook(v1.train.SessionRunHook):
         self._monitor = monitor
         self._hp = monitor.hp
         self._norms = collections.deque(maxlen=20)
-        self._relu_window = collections.deque(maxlen=self._hp.health_dead_relu_window)
+        self._relu_window = collections.deque(maxlen=rules.DEAD_RELU_WINDOW)
 
     def begin(self):
 
@@ -190,22 +190,22 @@ class HealthHook(v1.train.SessionRunHook):
         hp, m = self._hp, self._monitor
         values = {}
         if fresh_start:
-            value, finding = rules.init_loss(xent, fmt.NUM_CLASSES, hp.health_init_loss_tolerance)
+            value, finding = rules.init_loss(xent, fmt.NUM_CLASSES, rules.INIT_LOSS_TOLERANCE)
             m.check("init_loss", step, value, finding)
             values["init_loss"] = value
         grads_finite = all(np.all(np.isfinite(p[k])) for k in ("grad_mean_abs", "update_ratio", "grad_norm"))
         if grads_finite:  # an fp16 overflow step: nothing to judge (NaN elsewhere stops training)
             names = self._probes["kernel_names"]
-            value, finding = rules.vanishing_gradients(names, p["grad_mean_abs"], hp.health_vanishing_gradient)
+            value, finding = rules.vanishing_gradients(names, p["grad_mean_abs"], rules.VANISHING_GRADIENT)
             m.check("vanishing_gradients", step, value, finding)
             values["min_gradient_mean_abs"] = value
             norm = float(p["grad_norm"])
-            value, finding = rules.exploding_gradients(norm, list(self._norms), hp.health_exploding_factor)
+            value, finding = rules.exploding_gradients(norm, list(self._norms), rules.EXPLODING_FACTOR)
             m.check("exploding_gradients", step, value, finding)
             values.update(gradient_norm=norm, gradient_norm_over_median=value)
             self._norms.append(norm)
             value, finding = rules.update_ratio(
-                names, p["update_ratio"], hp.health_update_ratio_min, hp.health_update_ratio_max
+                names, p["update_ratio"], rules.UPDATE_RATIO_MIN, rules.UPDATE_RATIO_MAX
             )
             m.check("update_ratio", step, value, finding)
             values.update(
@@ -213,24 +213,21 @@ class HealthHook(v1.train.SessionRunHook):
             )
         self._relu_window.append([np.asarray(a, bool) for a in p["relu_active"]])
         value, finding = rules.dead_relus(
-            self._probes["relu_names"],
-            list(self._relu_window),
-            hp.health_dead_relu_fraction,
-            hp.health_dead_relu_window,
+            self._probes["relu_names"], list(self._relu_window), rules.DEAD_RELU_FRACTION, rules.DEAD_RELU_WINDOW
         )
         m.check("dead_relus", step, value, finding)
         values["dead_relu_fraction"] = value
         (mean, std), finding = rules.input_stats(
             float(p["input_mean"]),
             float(p["input_std"]),
-            hp.health_input_mean_max,
-            hp.health_input_std_min,
-            hp.health_input_std_max,
+            rules.INPUT_MEAN_MAX,
+            rules.INPUT_STD_MIN,
+            rules.INPUT_STD_MAX,
         )
         m.check("input_stats", step, (mean, std), finding)
         values.update(input_mean=mean, input_std=std)
         value, finding = rules.loss_not_decreasing(
-            m.losses, hp.health_loss_window, hp.health_loss_min_decrease, chance=math.log(fmt.NUM_CLASSES)
+            m.losses, rules.LOSS_WINDOW, rules.LOSS_MIN_DECREASE, chance=math.log(fmt.NUM_CLASSES)
         )
         m.check("loss_not_decreasing", step, value, finding)
         values["loss_decrease"] = value
@@ -280,13 +277,13 @@ class EvalHealth(tf.estimator.Exporter):
         values = {}
         per_class = [float(eval_result.get("per_class_accuracy/" + n, math.nan)) for n in fmt.CLASS_NAMES]
         if all(math.isfinite(a) for a in per_class):
-            value, finding = rules.class_accuracy(fmt.CLASS_NAMES, per_class, hp.health_class_ratio)
+            value, finding = rules.class_accuracy(fmt.CLASS_NAMES, per_class, rules.CLASS_RATIO)
             m.check("class_accuracy", step, value, finding)
             values["worst_class_ratio"] = value
         train_loss = m.recent_train_loss()
         if train_loss is not None and (not self._history or step > self._history[-1][0]):
             self._history.append((step, float(eval_result["cross_entropy"]), train_loss))
-            value, finding = rules.overtraining(self._history, hp.health_overtraining_evals)
+            value, finding = rules.overtraining(self._history, rules.OVERTRAINING_EVALS)
             m.check("overtraining", step, value, finding)
             values["validation_loss_rise"] = value
         m.scalars(log_dir, values, step)

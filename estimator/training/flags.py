@@ -119,8 +119,8 @@ class _Retired(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         parser.error(
-            "%s was retired in %s (%s; docs/experiments.md): drop it."
-            % (option_string, self.retired.version, self.retired.why)
+            "%s was retired in %s (%s; %s): drop it."
+            % (option_string, self.retired.version, self.retired.why, self.retired.docs)
         )
 
 
@@ -282,7 +282,6 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
         if declared.range is not None:
             declared.range.check(flag_name(f.name), getattr(args, f.name))
     _check_length(args)
-    _check_health(args)
     _check_devices(args, cluster, gpus_visible)
     _check_budget(args, cluster)
     _check_network(args)
@@ -310,20 +309,6 @@ def _check_length(args) -> None:
             raise ValueError(
                 "--lr-decay-steps %s must be positive and increasing, e.g. 32000 48000." % " ".join(map(str, steps))
             )
-
-
-def _check_health(args) -> None:
-    """The health thresholds that come in pairs, in order."""
-    if args.health_update_ratio_min >= args.health_update_ratio_max:
-        raise ValueError(
-            "--health-update-ratio-min %g must be below --health-update-ratio-max %g."
-            % (args.health_update_ratio_min, args.health_update_ratio_max)
-        )
-    if args.health_input_std_min >= args.health_input_std_max:
-        raise ValueError(
-            "--health-input-std-min %g must be below --health-input-std-max %g."
-            % (args.health_input_std_min, args.health_input_std_max)
-        )
 
 
 def _check_devices(args, cluster: Cluster, gpus_visible: int) -> None:

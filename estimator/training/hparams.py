@@ -30,8 +30,9 @@ from estimator.common.options import (
     VariableStrategy,
 )
 from estimator.data import records as fmt
+from estimator.health import rules
 from estimator.training import devices, recipes, schedules, settings
-from estimator.training.settings import FRACTION, NONNEGATIVE, POSITIVE, Range, flag_name, setting
+from estimator.training.settings import NONNEGATIVE, POSITIVE, Range, flag_name, setting
 
 
 @dataclass(frozen=True)
@@ -343,67 +344,6 @@ class HParams:
     health_every_n_steps: int = setting(
         100, "health", "Steps between two checks of the rules in the graph.", range=POSITIVE
     )
-    health_init_loss_tolerance: float = setting(
-        0.25,
-        "thresholds",
-        "Loss of the first step must be within this of ln(10) = 2.303 (Karpathy 2019).",
-        range=POSITIVE,
-    )
-    health_vanishing_gradient: float = setting(
-        1e-7,
-        "thresholds",
-        "A layer whose mean |gradient| of the data loss is below this has vanishing gradients.",
-        range=NONNEGATIVE,
-    )
-    health_exploding_factor: float = setting(
-        10.0,
-        "thresholds",
-        "The global gradient norm above this multiple of its running median is exploding.",
-        range=POSITIVE,
-    )
-    health_update_ratio_min: float = setting(
-        1e-8,
-        "thresholds",
-        "Lowest healthy learning rate x |gradient| / |weights| of a layer (CS231n: ~1e-3).",
-        range=POSITIVE,
-    )
-    health_update_ratio_max: float = setting(
-        10.0, "thresholds", "Highest healthy learning rate x |gradient| / |weights| of a layer.", range=POSITIVE
-    )
-    health_dead_relu_fraction: float = setting(
-        0.5, "thresholds", "More than this fraction of a layer's channels never active is a dead layer.", range=FRACTION
-    )
-    health_dead_relu_window: int = setting(
-        5, "thresholds", "Checks (batches) over which a channel must never be active to count as dead.", range=POSITIVE
-    )
-    health_input_mean_max: float = setting(
-        0.5, "thresholds", "Largest |mean| of the input after the network's scaling x / 128 - 1.", range=POSITIVE
-    )
-    health_input_std_min: float = setting(
-        0.1, "thresholds", "Smallest standard deviation of the input after the network's scaling.", range=NONNEGATIVE
-    )
-    health_input_std_max: float = setting(
-        1.0, "thresholds", "Largest standard deviation of the input after the network's scaling.", range=POSITIVE
-    )
-    health_loss_window: int = setting(
-        200, "thresholds", "Steps averaged to smooth the training loss for the not-decreasing rule.", range=POSITIVE
-    )
-    health_loss_min_decrease: float = setting(
-        0.01,
-        "thresholds",
-        "Relative decrease of the smoothed loss (last window against the first) below which the loss is not "
-        "decreasing.",
-        range=Range(0, 1, high_open=True),
-    )
-    health_overtraining_evals: int = setting(
-        3, "thresholds", "Evaluations in a row with rising validation loss and falling training loss.", range=POSITIVE
-    )
-    health_class_ratio: float = setting(
-        0.25,
-        "thresholds",
-        "A class whose validation accuracy is below this fraction of the others' mean.",
-        range=FRACTION,
-    )
 
     # -- cluster and devices ----------------------------------------------------------------------
     num_gpus: int = setting(1, "cluster", "GPUs to use, one tower each; 0 trains on the CPU.", range=NONNEGATIVE)
@@ -539,17 +479,13 @@ class HParams:
 _CHOICES = {f.name: kind for f, _, kind in settings.declared(HParams) if issubclass(kind, Choice)}
 
 
-def health_thresholds():
-    """The ``HParams`` fields that are health-rule thresholds, in declaration order."""
-    return [f for f in dataclasses.fields(HParams) if f.name.startswith("health_") and f.name != "health_checks"]
-
-
 class Retired(typing.NamedTuple):
     """An option taken out of the code: whether a recorded value left it off, why it went, and when."""
 
     off: typing.Callable
     why: str
     version: str
+    docs: str = "docs/experiments.md"
 
 
 # Experiments that did not pay (docs/experiments.md), taken out of the code. A flag of one is refused
@@ -582,6 +518,17 @@ RETIRED = {
         lambda v, rec: not v, "zero-initialised residual units cost 3.09 points at 5 minutes (ResNet-14)", "0.4.0"
     ),
 }
+
+
+# The health rules' thresholds, flags until 0.4.0 (--health-loss-window: rules.LOSS_WINDOW).
+_THRESHOLDS = {"health_" + name.lower(): getattr(rules, name) for name in rules.THRESHOLDS}
+for _name, _default in _THRESHOLDS.items():
+    RETIRED[_name] = Retired(
+        lambda v, rec, d=_default: v in (None, d),
+        "the health rules' thresholds are constants behind --health-checks",
+        "0.5.0",
+        "docs/health.md",
+    )
 
 
 def retired_in(recorded: dict) -> list:

@@ -42,9 +42,7 @@ GROUPS = (
         "TensorBoard scalar health/<rule>, a log line and a JOB_DIR/health.json record when it fires.\n"
         "A NaN or infinite loss or gradient always stops training (docs/health.md).",
     ),
-    # The rules' thresholds (docs/health.md lists each), behind --health-checks, and what only tests use: taken
-    # as before, out of --help.
-    Group("thresholds", "health rules' thresholds", hidden=True),
+    # What only tests use: taken as before, out of --help.
     Group("cluster", "cluster and devices"),
     Group("testing", "testing the towers on CPU devices", hidden=True),
 )
