@@ -74,7 +74,7 @@ def test_same_seed_deterministic_runs_are_identical(mini_records, tmp_path):
             job,
             "--data-dir",
             mini_records,
-            *"--num-gpus 0 --num-layers 8 --train-steps 20 --train-batch-size 32 --seed".split(),
+            *"--num-gpus 0 --num-layers 8 --train-steps 20 --train-batch-size 32 --export false --seed".split(),
             str(seed),
             "--deterministic",
             "--log-every-n-steps",
