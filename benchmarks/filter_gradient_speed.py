@@ -188,7 +188,10 @@ def steps_table(hp, args) -> dict:
             for name in args.precisions:
                 for way in ("measured", "native only"):
                     with native_only(way == "native only"):
-                        rate = speed_probes.time_training_steps(hp, name, args.steps, args.warmup, size)
+                        rate = speed_probes.time_network(
+                            hp, name, args.steps, args.warmup, size, max_secs=None, evaluate=False
+                        )
+                        rate = rate["train"]
                     rates.setdefault("%s|%d|%s" % (name, size, way), []).append(round(rate, 1))
     print("\ntraining images/s, one tower, batch %d, best of %d rounds" % (args.batch_size, args.rounds))
     print("%-6s %6s %12s %12s %8s" % ("", "pixels", "native only", "measured", "speedup"))

@@ -144,7 +144,7 @@ def make_planner(hp: hparams_lib.HParams) -> budget_planner.Planner:
         )
     probe = hp.precision_probe or {}
     guess = probe.get(hp.precision) or budget_planner.GUESS_IMAGES_PER_SEC
-    # Resolved with the configuration (training.probes.network_speed): the time the final
+    # Resolved with the configuration (budget.probes.network_speed): the time the final
     # evaluations take here.
     speedup = budget_planner.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
     probe_rate = None
@@ -454,8 +454,6 @@ def _log_network_choice(choice) -> None:
                 for c in choice.get("candidates", [])
             ),
         )
-        if choice.get("timed_again"):
-            logs.info("--network auto: %s", choice["timed_again"])
 
 
 def summary_lines(hp: hparams_lib.HParams, results: dict) -> list:

@@ -125,13 +125,6 @@ def time_network(
     return {"train": round(train, 1), "eval": round(inference, 1)}
 
 
-def time_training_steps(
-    hp, precision: str, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP_STEPS, image_size: int = 32
-) -> float:
-    """Training images/s of ``hp``'s network in ``precision`` (``time_network``'s, ``steps`` at most)."""
-    return time_network(hp, precision, steps, warmup, image_size, max_secs=None, evaluate=False)["train"]
-
-
 def network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True, evaluate=True) -> dict:
     """``timed_network_speed``'s figures alone."""
     return timed_network_speed(hp, cpu, timer, cache_file, measure, evaluate)[0]
