@@ -27,7 +27,7 @@ def trainer(data_dir, job_dir, steps, *extra):
         job_dir,
         *"--num-gpus 0 --num-layers 8 --train-batch-size 32 --eval-batch-size 100 --train-steps".split(),
         str(steps),
-        *"--log-every-n-steps 10 --eval-throttle-secs 0".split(),
+        *"--log-every-n-steps 10 --eval-throttle-secs 0 --export false".split(),
     ] + list(extra)
 
 

@@ -19,7 +19,7 @@ from tests.helpers import events, run_job, run_main
 # (93 s held to AVX2); with the labels shuffled 8.4% and the loss rule's warning at step 200, both ways.
 LEARN = (
     "--num-gpus 0 --network airbench --width-multiplier 0.25 --train-batch-size 64 --eval-batch-size 339 "
-    "--train-steps 400 --batch-norm-decay 0.9 --seed 1 --log-every-n-steps 100"
+    "--train-steps 400 --batch-norm-decay 0.9 --seed 1 --log-every-n-steps 100 --export false"
 ).split()
 LOSS_WINDOW = {"LOSS_WINDOW": 100}  # the not-decreasing rule's window within 400 steps
 
@@ -107,7 +107,7 @@ def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
         job,
         *(
             "--num-gpus 0 --num-cpu-towers 2 --num-layers 8 --train-batch-size 32 "
-            "--eval-batch-size 50 --log-every-n-steps 10 --seed 3"
+            "--eval-batch-size 50 --log-every-n-steps 10 --seed 3 --export false"
         ).split(),
     ]
     rc, log = run_main("--train-steps", "30", *flags)

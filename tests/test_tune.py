@@ -15,7 +15,7 @@ from tests.helpers import REPO
 # ResNet-8, 16 steps of batch 32: each trial is a real training run of a few seconds.
 TRAINER = (
     "--num-gpus 0 --num-layers 8 --train-steps 16 --train-batch-size 32 "
-    "--eval-batch-size 339 --batch-norm-decay 0.9 --log-every-n-steps 8 --seed 1"
+    "--eval-batch-size 339 --batch-norm-decay 0.9 --log-every-n-steps 8 --seed 1 --export false"
 ).split()
 
 

@@ -36,7 +36,7 @@ def png(fig) -> bytes:
 
 
 def _grid(images, titles, columns: int = 8):
-    # One mosaic in one Axes: a subplot per image cost 0.75 s a grid (docs/health.md).
+    # One mosaic in one Axes: a subplot per image cost 0.75 s a grid (docs/training.md).
     plt = pyplot()
     rows = max(1, -(-len(images) // columns))
     height, width = fmt.HEIGHT + 10, fmt.WIDTH + 4  # room for each title above its image
