@@ -521,14 +521,17 @@ RETIRED = {
 
 
 # The health rules' thresholds, flags until 0.4.0 (--health-loss-window: rules.LOSS_WINDOW).
-_THRESHOLDS = {"health_" + name.lower(): getattr(rules, name) for name in rules.THRESHOLDS}
-for _name, _default in _THRESHOLDS.items():
-    RETIRED[_name] = Retired(
-        lambda v, rec, d=_default: v in (None, d),
-        "the health rules' thresholds are constants behind --health-checks",
-        "0.5.0",
-        "docs/health.md",
-    )
+RETIRED.update(
+    {
+        "health_" + name.lower(): Retired(
+            lambda v, rec, d=default: v in (None, d),
+            "the health rules' thresholds are constants behind --health-checks",
+            "0.5.0",
+            "docs/health.md",
+        )
+        for name, default in ((name, getattr(rules, name)) for name in rules.THRESHOLDS)
+    }
+)
 
 
 def retired_in(recorded: dict) -> list:
