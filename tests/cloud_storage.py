@@ -33,6 +33,7 @@ HOSTS = ("www.googleapis.com", "storage.googleapis.com")
 _NOT_FORWARDED = ("expect", "proxy-connection", "connection", "content-length", "transfer-encoding")
 
 
+EMULATOR_TIMEOUT = 20.0  # seconds the front waits on the emulator for one request
 UPLOADS = "uploads.jsonl"  # the front's ledger: {"object": "BUCKET/NAME", "bytes": N} a request that sends data
 
 
@@ -64,8 +65,9 @@ def environment(directory: str) -> dict:
         "CURL_CA_BUNDLE": os.path.join(directory, "ca.pem"),
         "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulator",
         "NO_GCE_CHECK": "true",
-        # A request the emulator cannot serve fails the test in seconds, not after TensorFlow's ten retries.
-        "GCS_RETRY_CONFIG_MAX_RETRIES": "1",
+        # A request the emulator cannot serve fails the test in seconds, not after TensorFlow's ten retries; a
+        # transient one (a 503 from the front) is retried, as on Cloud Storage.
+        "GCS_RETRY_CONFIG_MAX_RETRIES": "3",
     }
 
 
@@ -154,7 +156,8 @@ class TlsFront:
             conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             try:
                 with self.context.wrap_socket(conn, server_side=True) as tls:
-                    while self._relay(tls, tls.makefile("rb")):
+                    stream = tls.makefile("rb")  # one reader a connection: a reader reads ahead
+                    while self._relay(tls, stream):
                         pass
             except (OSError, ssl.SSLError):
                 pass  # the client closed its connection
@@ -187,7 +190,7 @@ class TlsFront:
         body = _read_body(stream, lower)
         if body and path.startswith("/upload/"):
             self._record_upload(path, len(body))
-        upstream = http.client.HTTPConnection("127.0.0.1", self.emulator_port, timeout=60)
+        upstream = http.client.HTTPConnection("127.0.0.1", self.emulator_port, timeout=EMULATOR_TIMEOUT)
         try:
             upstream.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
             for name, value in headers:
@@ -197,6 +200,12 @@ class TlsFront:
             upstream.endheaders(body)
             response = upstream.getresponse()
             data = response.read()
+        except OSError as e:
+            # Cloud Storage answers a failure of its own with a 503, which clients retry; closing the connection
+            # instead reads as "Empty reply from server". The cause goes to server.log.
+            print("front: %s %s: %r" % (method, path, e), file=sys.stderr, flush=True)
+            tls.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            return True
         finally:
             upstream.close()
         lines = ["HTTP/1.1 %d %s" % (response.status, response.reason)]
@@ -217,6 +226,8 @@ def serve(directory: str) -> None:
     from gcp_storage_emulator import server
 
     _accept_empty_uploads(server)
+    # The emulator serves one connection at a time: one that stalls must not hold every other request.
+    server.RequestHandler.timeout = EMULATOR_TIMEOUT / 2
     emulator_port = free_port()
     emulator = server.create_server("127.0.0.1", emulator_port, in_memory=True)
     emulator.start()
