@@ -3,7 +3,7 @@
     python -m benchmarks.probe_cost --data-dir work/cifar-10-full
     ONEDNN_MAX_CPU_ISA=AVX2 python -m benchmarks.probe_cost --data-dir D --out benchmarks/results/probe_cost_avx2.json
 
-Start-up: for each recipe, the configuration (``estimator.training.config.parse``: the data checked, the
+Start-up: for each recipe, the configuration (``estimator.budget.job.parse``: the data checked, the
 precision, the member, the filter gradients and the speeds resolved) in a fresh process, as a first run
 (an empty ``--probe-cache``) and again with that cache filled, each ``--rounds`` times: the seconds
 between, what was timed and what was chosen. Members: each member of the family timed as the probes time
@@ -43,11 +43,11 @@ def choices(hp) -> dict:
 
 
 def resolve_seconds(argv) -> dict:
-    """In this process: seconds ``config.parse(argv)`` takes (TensorFlow imported before), and its choices."""
-    from estimator.training import config
+    """In this process: seconds ``budget.job.parse(argv)`` takes (TensorFlow imported before), and its choices."""
+    from estimator.budget import job as budget_job
 
     start = time.perf_counter()
-    hp, _ = config.parse(argv)
+    hp, _ = budget_job.parse(argv)
     return {"seconds": round(time.perf_counter() - start, 2), **choices(hp)}
 
 

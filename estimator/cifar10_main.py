@@ -1,7 +1,8 @@
 """Command line: ``python -m estimator.cifar10_main --data-dir DIR --job-dir DIR [flags]``.
 
 Resolves the flags and the environment into one ``HParams``
-(``estimator.training.config``) and hands over to ``estimator.train.run``.
+(``estimator.training.config``, with ``estimator.budget.job`` where the flags ask for a budget or an
+auto choice) and hands over to ``estimator.train.run``.
 ``python -m estimator.cifar10_main @FILE`` reads flags from a file.
 """
 
@@ -32,7 +33,15 @@ EXIT_BUSY = 75
 
 def parse(argv=None):
     """The run's ``HParams`` (``estimator.training.config.resolve``); exits with status 2 and a message on bad input."""
-    return config.parse(argv)[0]
+    return config.parse(argv, choose=lambda *args: _budget().choose(*args))[0]
+
+
+def _budget():
+    """``estimator.budget.job``, imported by a job that asks for a budget or an auto choice: a plain run
+    never loads the budget's package."""
+    from estimator.budget import job
+
+    return job
 
 
 def _interrupted_line(hp, error: resilience.Interrupted, argv) -> str:
@@ -84,7 +93,7 @@ def _run(hp, argv) -> int:
     try:
         if owner:
             lock = resilience.JobDirLock(hp.job_dir, log=lambda line: print(line, file=sys.stderr)).acquire()
-        results = train.run(hp, stop)
+        results = train.run(hp, stop, _budget().BudgetedJob(hp) if hp.time_budget else None)
         if results:
             print("\n".join(train.summary_lines(hp, results)), flush=True)
     except RuntimeError as e:

@@ -17,6 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 logs.quiet_imports()
 
 with processes.imports_uncollected():
+    from estimator.budget import job as budget_job
     from estimator.common import storage
     from estimator.networks import registry
     from estimator.training import config, flags
@@ -46,7 +47,7 @@ def parse(argv=None):
     environ = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "CLOUD_ML_TRIAL_ID")}
     try:
         namespace = argparse.Namespace(**dict(vars(args), job_dir=args.job_dir or output))
-        hp = config.resolve(namespace, environ, given=flags.given_flags(argv))
+        hp = budget_job.resolve(namespace, environ, given=flags.given_flags(argv))
     except (ValueError, config.MissingDataError) as e:
         parser.error(str(e))
     return hp, output

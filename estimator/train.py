@@ -16,9 +16,6 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from estimator import health
-from estimator.budget import family, probes
-from estimator.budget import hooks as budget_hooks
-from estimator.budget import planner as budget_planner
 from estimator.common import cluster as cluster_lib
 from estimator.common import durations, logs, processes, storage
 from estimator.common.options import EvalPolicy, HealthAction
@@ -118,83 +115,23 @@ class Hooks:
     after_eval: list
     speed: hooks.ExamplesPerSecondHook
     reporter: hooks.EvalReporter
-    planner: budget_planner.Planner = None
+    budget: object = None  # an estimator.budget.job.BudgetedJob, or None
     evaluation: list = None  # hooks of the evaluations during training
     stop: object = None  # a resilience.SignalStop, or None
     saving_listeners: list = None  # told of each checkpoint training saves
 
 
-def test_hparams(hp: hparams_lib.HParams, views) -> hparams_lib.HParams:
-    """``hp`` for the test evaluation with only ``views`` of its optional ones."""
-    return hp.replace(
-        eval_flip_tta=hp.eval_flip_tta and budget_planner.FLIP_VIEW in views,
-        eval_tta=hp.eval_tta and budget_planner.TRANSLATIONS_VIEW in views,
-    )
-
-
-def make_planner(hp: hparams_lib.HParams) -> budget_planner.Planner:
-    """The time-budget planner, continuing what earlier runs of the job used (JOB_DIR/budget.json)."""
-    state = budget_planner.BudgetState.load(hp.job_dir, hp.time_budget)
-    if state.used_secs:
-        logs.info(
-            "time budget: %s of %s used by earlier runs of this job; continuing at progress %.3f",
-            durations.format_clock(state.used_secs),
-            durations.format_clock(hp.time_budget),
-            state.progress,
-        )
-    probe = hp.precision_probe or {}
-    guess = probe.get(hp.precision) or budget_planner.GUESS_IMAGES_PER_SEC
-    # Resolved with the configuration (budget.probes.network_speed): the time the final
-    # evaluations take here.
-    speedup = budget_planner.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
-    probe_rate = None
-    if hp.speed_probe:
-        speed = hp.speed_probe
-        guess = speed["train"]
-        ratio = speed["eval"] / speed["train"]
-        if speed.get("how") == family.TIMED:
-            probe_rate = speed["train"]  # one tower's batches: towers on the CPU share its cores
-        logs.info(
-            "time budget: evaluation runs %.1fx training's images/s here (train %.0f, eval %.0f img/s, %s); "
-            "planning with %.1fx",
-            ratio,
-            speed["train"],
-            speed["eval"],
-            speed.get("how", family.TIMED),
-            speedup,
-        )
-    always, views = budget_planner.evaluation_images(hp)
-    return budget_planner.Planner(
-        hp.time_budget,
-        processes.started_at(),
-        state,
-        hp.global_batch_size,
-        always,
-        guess_images_per_sec=guess,
-        eval_speedup=speedup,
-        step_cost=hp.image_sizes,
-        optional_views=tuple(views),
-        probe_images_per_sec=probe_rate,
-    )
-
-
-def build_hooks(hp: hparams_lib.HParams, stop=None) -> Hooks:
+def build_hooks(hp: hparams_lib.HParams, stop=None, budget=None) -> Hooks:
     cluster = hp.cluster
     speed = hooks.ExamplesPerSecondHook(hp.train_batch_size)
-    planner = make_planner(hp) if hp.time_budget else None
-    if planner:
-        progress = hooks.ProgressHook(
-            lambda: planner.plan.total_steps if planner.plan else 0,
-            hp.train_batch_size,
-            every_n_steps=hp.log_every_n_steps,
-            budget_left=lambda: planner.remaining_secs(planner.clock()),
-        )
+    if budget:
+        progress = budget.progress_hook()
     else:
         progress = hooks.ProgressHook(hp.train_steps, hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
     # First in the list: it must see a NaN before the Estimator's own NanTensorHook does.
     train_hooks = [nonfinite.NonFiniteHook(hp.job_dir), speed, progress]
-    if planner:
-        train_hooks.append(budget_hooks.BudgetHook(planner, hp.job_dir, logs.info))
+    if budget:
+        train_hooks.extend(budget.train_hooks())
     if stop is not None:
         train_hooks.append(stop.hook())
     # Vertex AI's TensorBoard reads its own directory (config: AIP_TENSORBOARD_LOG_DIR);
@@ -213,10 +150,10 @@ def build_hooks(hp: hparams_lib.HParams, stop=None) -> Hooks:
     if hp.export and hp.validates:
         after_eval.append(exporters.BestAccuracyExporter(hp))
     eval_hooks = [stop.eval_hook()] if stop is not None else []
-    listeners = [budget_hooks.CheckpointTimer(planner, logs.info)] if planner else []
+    listeners = budget.saving_listeners() if budget else []
     if cluster.distributed and cluster.task_type == "chief" and hp.validates:
         listeners.append(hooks.EvaluatorRelay(storage.join(hp.job_dir, "eval_" + fmt.VALIDATION), trial=cluster.trial))
-    return Hooks(train_hooks, after_eval, speed, reporter, planner, eval_hooks, stop, listeners)
+    return Hooks(train_hooks, after_eval, speed, reporter, budget, eval_hooks, stop, listeners)
 
 
 def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator, job_hooks: Hooks) -> float:
@@ -226,20 +163,12 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
     train_input = input_fn(hp, fmt.TRAIN, seed=train_seed)
     start = time.perf_counter()
     # Under --time-budget the planner's hook ends training (train_steps is None).
-    planner = job_hooks.planner
-    if planner and planner.exhausted() and estimator_.latest_checkpoint():
-        # A restart after the budget was spent: evaluate and export what the job has.
-        logs.info(
-            "time budget: nothing left to train (progress %.3f, %s left); evaluating step %s",
-            planner.state.progress,
-            durations.format_clock(planner.remaining_secs(planner.clock())),
-            planner.state.step,
-        )
+    budget = job_hooks.budget
+    train_hooks = job_hooks.train
+    if budget and estimator_.latest_checkpoint() and budget.nothing_to_train():
         train_hooks = None
-    else:
-        train_hooks = job_hooks.train
-    if planner:
-        planner.setup_begins()
+    if budget:
+        budget.training_begins()
     if hp.eval_policy == EvalPolicy.FINAL and not hp.cluster.distributed:
         # Short runs: no evaluation until training is done, then one on the validation split.
         if train_hooks is not None:
@@ -278,8 +207,9 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
         final_export = exporters.export_final(hp, estimator_.latest_checkpoint())
         if hp.model_export_dir:
             exporters.copy_export(final_export, hp.model_export_dir)
-    planner = job_hooks.planner
-    test_hp, dropped = _test_views(hp, planner)
+    budget = job_hooks.budget
+    kept, dropped = budget.test_views() if budget else ((), [])
+    test_hp = hp.with_test_views(kept) if budget else hp
     test_estimator = estimator_
     if (test_hp.eval_flip_tta, test_hp.eval_tta) != (hp.validation_flip_tta, False):
         # The test evaluation's model_fn with the test split's TTA setting (hparams.json: derived).
@@ -295,7 +225,9 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
     except ImportError as e:  # matplotlib missing: the run itself is fine
         logs.warning("no curves.png: %s (pip install matplotlib)", e)
     # After the curves (0.6 s at an hour's events): the end's time as the plan kept it, pictures included.
-    results.update(_budget_record(hp, planner, test_eval_secs))
+    results["wall_secs"] = round(time.monotonic() - processes.started_at(), 2)
+    if budget:
+        results.update(budget.record(test_eval_secs))
     logs.info(
         "Final test evaluation at step %d: accuracy %.4f, loss %.4f on %d images",
         results["global_step"],
@@ -309,18 +241,6 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
             results["model_export_dir"] = hp.model_export_dir
     config.write_json(storage.join(hp.job_dir, RESULTS_FILE), results)
     return results
-
-
-def _test_views(hp, planner):
-    """``(the test evaluation's HParams, the optional views dropped)``: with a budget, the views that
-    still fit its time left (the plan kept time for them)."""
-    if planner is None:
-        return hp, []
-    kept, dropped = planner.views_that_fit(planner.clock())
-    dropped = [v for v in dropped if v in dict(budget_planner.evaluation_images(hp)[1])]
-    if dropped:
-        logs.info("time budget: test evaluation without the %s view(s): they do not fit", " and ".join(dropped))
-    return test_hparams(hp, kept), dropped
 
 
 def _final_validation(hp, estimator_, job_hooks: Hooks):
@@ -360,38 +280,11 @@ def results_record(hp, test: dict, validation, dropped, examples_per_sec, train_
     for key in ("accuracy_flip_tta", "accuracy_tta"):
         if key in test:
             results[key] = float(test[key])
-    asked = [name for name, _ in budget_planner.evaluation_images(hp)[1]]
+    asked = [name for name, _ in hp.evaluation_images()[1]]
     results["final_views"] = ["plain"] + [v for v in asked if v not in dropped]
     if dropped:
         results["final_views_dropped"] = dropped
     return results
-
-
-def _budget_record(hp, planner, test_eval_secs: tuple) -> dict:
-    """results.json's record of the run's time: the plan, and what the end took against its reserve, and of
-    that the test evaluation (``test_eval_secs``: ``(its set-up: the graph built and the checkpoint restored,
-    the whole evaluation: the set-up and every view)``)."""
-    record = {"wall_secs": round(time.monotonic() - processes.started_at(), 2)}
-    if planner is None:
-        return record
-    record.update(
-        time_budget_secs=hp.time_budget,
-        planned_steps=planner.state.planned_steps,
-        replans=planner.state.replans,
-        budget_used_by_earlier_runs_secs=round(planner.earlier_secs, 2),
-        stopped_at_the_deadline=planner.stopped_early,
-        evaluation_speedup=round(planner.eval_speedup, 2),
-    )
-    if planner.training_ended is not None:
-        # What the end of the run (evaluations, exports) took against what the plan kept for it.
-        ended, reserved = planner.training_ended
-        record.update(final_secs_reserved=round(reserved, 2), final_secs=round(time.monotonic() - ended, 2))
-        record["final_test_eval_setup_secs"] = round(test_eval_secs[0], 2)
-        record["final_test_eval_secs"] = round(test_eval_secs[1], 2)
-        if planner.setup_secs is not None:
-            record["training_setup_secs"] = round(planner.setup_secs, 2)
-        record["checkpoint_save_secs"] = round(planner.checkpoint_secs, 2)
-    return record
 
 
 def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
@@ -406,11 +299,10 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
         else "a time budget of %s" % (durations.format_clock(hp.time_budget))
     )
     logs.info(
-        "%s, %s%s, %s of %d images, %s schedule (peak learning rate %.4g), %d tower(s) on "
+        "%s, %s, %s of %d images, %s schedule (peak learning rate %.4g), %d tower(s) on "
         "%s, %d images per tower per step; all hyperparameters in %s",
         registry.describe(hp),
         hp.precision,
-        _precision_note(hp),
         length,
         derived["global_batch_size"],
         derived["learning_rate_schedule"],
@@ -420,40 +312,6 @@ def _log_start(hp: hparams_lib.HParams, description: dict) -> None:
         derived["per_tower_batch_size"],
         storage.join(hp.job_dir, config.HPARAMS_FILE),
     )
-    _log_network_choice(hp.network_choice)
-
-
-def _precision_note(hp: hparams_lib.HParams) -> str:
-    """What ``--precision auto`` went by, for the start's line: its timings, or why nothing was timed."""
-    if hp.precision_probe:
-        return " (auto: %s img/s)" % ", ".join("%s %.0f" % kv for kv in sorted(hp.precision_probe.items()))
-    if hp.precision_probe is not None:
-        return " (auto: %s)" % probes.untimed_reason(hp)
-    return ""
-
-
-def _log_network_choice(choice) -> None:
-    """``--network auto``'s choice (hparams.json's ``network_choice``), one line a decision; nothing without it."""
-    if choice:
-        logs.info(
-            "--network auto: %s%s; %s: %s",
-            choice["member"],
-            " (kept from the job's first run)" if choice.get("kept_from_the_first_run") else "",
-            choice.get("why", ""),
-            "; ".join(
-                "%s %.0f img/s (%s), %.1f epochs, %s"
-                % (
-                    c["member"],
-                    c["images_per_sec"],
-                    c["speed"],
-                    c["epochs"],
-                    "expected %.2f%%" % (100 * c["expected_accuracy"])
-                    if c["expected_accuracy"]
-                    else "not in the table",
-                )
-                for c in choice.get("candidates", [])
-            ),
-        )
 
 
 def summary_lines(hp: hparams_lib.HParams, results: dict) -> list:
@@ -486,17 +344,19 @@ def summary_lines(hp: hparams_lib.HParams, results: dict) -> list:
     return lines
 
 
-def run(hp: hparams_lib.HParams, stop=None):
+def run(hp: hparams_lib.HParams, stop=None, budget=None):
     """Trains and evaluates; returns the results dict on the chief, else None.
 
     ``stop``: a ``resilience.SignalStop``; a signal during training ends it with a checkpoint at the
     step reached and raises ``resilience.Interrupted`` before anything after training runs.
+    ``budget``: for ``--time-budget``, an ``estimator.budget.job.BudgetedJob``: its hooks end training when the
+    plan is done, and it keeps the test views that fit and records the run's time.
     """
     description = config.describe(hp)
     _log_start(hp, description)
     if writes_job_records(hp):
         config.save(hp)
-    job_hooks = build_hooks(hp, stop)
+    job_hooks = build_hooks(hp, stop, budget)
     # Validation evaluations get flip TTA only with --validation-flip-tta (a second
     # forward pass each); the test evaluation as --eval-flip-tta says.
     estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=run_config(hp), params=hp.validation_hparams)

@@ -346,15 +346,22 @@ def test_benchmark_sweeps_every_small_square_map_of_each_candidate_kernel(tmp_pa
     assert timed[0] == ((4, 1, 1, 128), (3, 3, 128, 128)) and "3x3x128x128" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("budget,measured", [(90.0, False), (300.0, True), (None, True)])
-def test_the_configuration_times_filter_gradients_only_where_the_budget_affords_probes(monkeypatch, budget, measured):
+@pytest.mark.parametrize("budget,from_cache", [(90.0, True), (300.0, False), (None, False)])
+def test_filter_gradients_are_timed_except_under_a_budget_too_short_for_probes(monkeypatch, budget, from_cache):
+    """The configuration times the plan (``training.machine``); only a budget under the probes' threshold
+    plans it from the cache alone, first (``budget.probes``)."""
     from estimator.budget import probes
+    from estimator.training import machine as machine_plan
 
     asked = []
     monkeypatch.setattr(fg, "choose", lambda *shape, **kw: asked.append(kw["measure"]) or fg.NATIVE)
+    monkeypatch.setattr(probes, "network_speed", lambda *args, **kw: {"train": 100.0, "eval": 300.0})
     params = hp(network="airbench", width_multiplier=0.5, precision="bf16", time_budget=budget)
-    assert probes._measure_filter_gradients(params, {"model": "Xeon", "flags": {"amx_bf16"}}) == {"3x3x128x128": []}
-    assert asked and set(asked) == {measured}
+    cpu = {"model": "Xeon", "flags": {"amx_bf16"}}
+    budgeted = probes.measure_this_machine(params, {}, cpu)
+    assert budgeted.filter_gradients == ({"3x3x128x128": []} if from_cache else None)
+    assert set(asked) == ({False} if from_cache else set())
+    assert machine_plan.filter_gradient_plan(params, cpu) == {"3x3x128x128": []} and asked[-1] is True
 
 
 @pytest.mark.bf16_kernels

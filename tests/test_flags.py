@@ -8,6 +8,7 @@ import re
 import pytest
 
 from estimator import cifar10_main
+from estimator.budget import job as budget_job
 from estimator.common import cluster as cluster_lib
 from estimator.training import config, flags, settings
 from estimator.training import hparams as hparams_lib
@@ -356,9 +357,11 @@ def test_bf16_is_refused_where_onednn_is_held_below_it(mini_records, tmp_path):
     )
     assert not os.path.exists(str(tmp_path / "j"))
     assert config.resolve(args, environ={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, gpus_visible=0).precision == "bf16"
-    # auto: fp32 there, and nothing timed.
+    # auto: fp32 there, and nothing timed; the budget's to choose, which the core's resolve cannot.
     args.precision = "auto"
-    hp = config.resolve(args, environ={"ONEDNN_MAX_CPU_ISA": "AVX2"}, gpus_visible=0)
+    with pytest.raises(ValueError, match="--precision auto are resolved by estimator.budget"):
+        config.resolve(args, environ={"ONEDNN_MAX_CPU_ISA": "AVX2"}, gpus_visible=0)
+    hp = budget_job.resolve(args, environ={"ONEDNN_MAX_CPU_ISA": "AVX2"}, gpus_visible=0)
     assert (hp.precision, hp.precision_probe) == ("fp32", {})
 
 
@@ -445,9 +448,9 @@ def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini
         "0.5",
     ]
     argv += ["--precision", "fp32", "--train-batch-size", "64", "--time-budget", "90s"]
-    restarted, _ = config.parse(argv, environ={})
+    restarted, _ = budget_job.parse(argv, environ={})
     resilience.check_same_network(restarted)
-    other, _ = config.parse(argv + ["--width-multiplier", "0.25"], environ={})
+    other, _ = budget_job.parse(argv + ["--width-multiplier", "0.25"], environ={})
     with pytest.raises(resilience.ForeignJobDirError, match="--width-multiplier is 0.25 here, 0.5 in its hparams.json"):
         resilience.check_same_network(other)
 

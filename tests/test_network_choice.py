@@ -8,9 +8,10 @@ import pytest
 
 from estimator.budget import choice as network_choice
 from estimator.budget import family
+from estimator.budget import job as budget_job
 from estimator.common import durations
 from estimator.networks import registry
-from estimator.training import config, flags
+from estimator.training import flags
 from estimator.training.hparams import HParams
 
 # A hand-made table: the small member learns fast and plateaus low, the large one needs epochs.
@@ -158,9 +159,9 @@ def parse(tmp_path, data_dir, *extra):
 
 def test_auto_needs_a_budget_and_takes_no_resnet_flags(mini_records, tmp_path):
     with pytest.raises(ValueError, match="--network auto chooses the network for --time-budget: give a budget"):
-        config.resolve(parse(tmp_path, mini_records, "--network", "auto"), environ={}, gpus_visible=0)
+        budget_job.resolve(parse(tmp_path, mini_records, "--network", "auto"), environ={}, gpus_visible=0)
     with pytest.raises(ValueError, match="--num-layers 20 shape a ResNet; --network auto has its own"):
-        config.resolve(
+        budget_job.resolve(
             parse(tmp_path, mini_records, "--network", "auto", "--time-budget", "5m", "--num-layers", "20"),
             environ={},
             gpus_visible=0,
@@ -178,7 +179,7 @@ def test_a_restarted_job_keeps_its_choice_and_on_its_own_cpu_times_nothing(mini_
     recorded = {"network_choice": record, "precision_probe": {}, "filter_gradients": {}, "speed_probe": speed}
     (job / "hparams.json").write_text(json.dumps({"hparams": recorded}))
     args = parse(tmp_path, mini_records, "--network", "auto", "--time-budget", "5m", "--precision", "auto")
-    hp = config.resolve(args, environ={"CIFAR10_CACHE_DIR": str(tmp_path / "no-probes")}, gpus_visible=0)
+    hp = budget_job.resolve(args, environ={"CIFAR10_CACHE_DIR": str(tmp_path / "no-probes")}, gpus_visible=0)
     assert (hp.network, hp.group_depth, hp.width_multiplier, hp.crop_padding, hp.cutout) == ("airbench", 3, 1.0, 4, 12)
     assert hp.precision == "bf16" and hp.network_choice["kept_from_the_first_run"] is True
     assert hp.filter_gradients == {} and hp.speed_probe == speed
@@ -193,7 +194,9 @@ def test_a_job_restarted_on_another_cpu_keeps_its_graph_and_times_its_own_speed(
     recorded = {"network_choice": record, "precision_probe": {}, "speed_probe": speed}
     (job / "hparams.json").write_text(json.dumps({"hparams": recorded}))
     flags_ = ("--network", "auto", "--time-budget", "5m", "--precision", "auto", "--train-batch-size", "16")
-    hp = config.resolve(parse(tmp_path, mini_records, *flags_), environ={"ONEDNN_MAX_CPU_ISA": "AVX2"}, gpus_visible=0)
+    hp = budget_job.resolve(
+        parse(tmp_path, mini_records, *flags_), environ={"ONEDNN_MAX_CPU_ISA": "AVX2"}, gpus_visible=0
+    )
     assert hp.width_multiplier == 0.25 and hp.precision == "fp32" and hp.filter_gradients is None
     assert hp.speed_probe["how"] == "timed" and hp.speed_probe["train"] != 99.0
     assert hp.speed_probe["cpu"].endswith("|isa AVX2") and hp.speed_probe["eval"] > hp.speed_probe["train"]
@@ -204,13 +207,13 @@ def test_flags_given_by_hand_narrow_the_family_or_override_its_augmentation(mini
     by_hand = ["--group-depth", "2", "--width-multiplier", "0.5", "--cutout", "6", "--train-batch-size", "64"]
     argv = ["--data-dir", mini_records, "--network", "auto", "--time-budget", "5m", "--precision", "fp32", *by_hand]
     args = parse(tmp_path, *argv[1:])
-    hp = config.resolve(args, environ={}, gpus_visible=0, given=flags.given_flags(argv))
+    hp = budget_job.resolve(args, environ={}, gpus_visible=0, given=flags.given_flags(argv))
     # Only the member of that shape was a candidate, timed (the reference); the cutout given wins.
     assert [c["member"] for c in hp.network_choice["candidates"]] == ["airbench94 x0.5"]
     assert hp.network_choice["candidates"][0]["speed"] == "timed"
     assert (hp.network, hp.width_multiplier, hp.crop_padding, hp.cutout) == ("airbench", 0.5, 2, 6)
     # A network named by hand is no choice at all.
-    named = config.resolve(
+    named = budget_job.resolve(
         parse(tmp_path, mini_records, "--network", "airbench", "--time-budget", "90s"), environ={}, gpus_visible=0
     )
     assert named.network_choice is None and named.width_multiplier == 1.0
@@ -315,7 +318,7 @@ def _recipe_values(tmp_path, mini_records, budget, cache):
     # worth: nothing timed under 2 minutes), then made the question again.
     named = flags.build_parser().parse_args(argv + ["--network", "airbench", "--precision", "fp32"])
     named.time_budget = 10.0
-    hp = config.resolve(named, environ={}, gpus_visible=0)
+    hp = budget_job.resolve(named, environ={}, gpus_visible=0)
     hp = hp.replace(num_train_examples=50000, speed_probe=None, network="auto", precision="auto")
     return hp.replace(time_budget=durations.parse(budget)), flags.given_flags(argv)
 
@@ -393,10 +396,12 @@ def test_a_studys_trials_share_what_the_first_measured(mini_records, tmp_path, m
     monkeypatch.setattr(speed_probes, "time_network", cpu.time_network)
     argv = ["--network", "auto", "--time-budget", "5m", "--train-batch-size", "64", "--eval-batch-size", "100"]
     argv += ["--probe-cache", storage.join(base, "probe-cache")]
-    first = config.resolve(parse(tmp_path, mini_records, *argv), environ={"CLOUD_ML_TRIAL_ID": "1"}, gpus_visible=0)
+    first = budget_job.resolve(parse(tmp_path, mini_records, *argv), environ={"CLOUD_ML_TRIAL_ID": "1"}, gpus_visible=0)
     timed = list(cpu.timed)
     assert timed and first.job_dir.endswith("/job/1")
-    second = config.resolve(parse(tmp_path, mini_records, *argv), environ={"CLOUD_ML_TRIAL_ID": "2"}, gpus_visible=0)
+    second = budget_job.resolve(
+        parse(tmp_path, mini_records, *argv), environ={"CLOUD_ML_TRIAL_ID": "2"}, gpus_visible=0
+    )
     assert cpu.timed == timed and second.job_dir.endswith("/job/2")
     assert second.network_choice == first.network_choice and second.speed_probe == first.speed_probe
     assert storage.exists(storage.join(base, "probe-cache", speed_probes.CACHE_FILE))

@@ -128,20 +128,52 @@ def test_the_layers_hold_and_an_import_up_a_layer_breaks_them(tmp_path):
     )
     shutil.copy(os.path.join(REPO, "pyproject.toml"), tmp_path)
     kept = _lint_imports(tmp_path)
-    assert kept.returncode == 0 and "6 kept, 0 broken" in kept.stdout, kept.stdout + kept.stderr
+    assert kept.returncode == 0 and "7 kept, 0 broken" in kept.stdout, kept.stdout + kept.stderr
     records = tmp_path / "estimator" / "data" / "records.py"
     records.write_text(records.read_text() + "\n\ndef _late():\n    from estimator.training import hparams  # noqa\n")
     broken = _lint_imports(tmp_path)
     assert broken.returncode == 1, broken.stdout
     assert "estimator.data.records -> estimator.training.hparams" in broken.stdout
     assert "Data, networks and their kernels never import what trains" in broken.stdout and "BROKEN" in broken.stdout
-    # The budget plans without the trainer; the trainer runs without the cloud tools.
+    # The core, the job loop included, runs without the budget.
     records.write_text(records.read_text().rsplit("\n\ndef _late", 1)[0] + "\n")
-    planner = tmp_path / "estimator" / "budget" / "planner.py"
-    planner.write_text(planner.read_text() + "\n\ndef _late():\n    from estimator.training import flags  # noqa\n")
+    job = tmp_path / "estimator" / "train.py"
+    job.write_text(job.read_text() + "\n\ndef _late():\n    from estimator.budget import planner  # noqa\n")
     broken = _lint_imports(tmp_path)
-    assert "estimator.budget.planner -> estimator.training.flags" in broken.stdout, broken.stdout
-    assert "The budget measures and plans without the trainer" in broken.stdout
+    assert "estimator.train -> estimator.budget.planner" in broken.stdout, broken.stdout
+    assert "The core (data to the job loop, serving, resilience) imports neither the budget" in broken.stdout
+
+
+_LOADED = """
+import sys
+from estimator import cifar10_main, train
+hp = cifar10_main.parse(sys.argv[1:])
+budget = cifar10_main._budget().BudgetedJob(hp) if hp.time_budget else None
+train.build_hooks(hp, budget=budget)
+print(sorted({m.split(".")[1] for m in sys.modules if m.startswith("estimator.")}))
+"""
+
+
+def test_a_run_without_a_budget_never_loads_the_budget(mini_records, tmp_path):
+    """The job's flags resolved and its hooks built, as ``cifar10_main`` does: the budget's package is loaded
+    only for a job that asks for it, and neither the cloud tools nor the tuner ever."""
+    argv = ["--data-dir", mini_records, "--num-gpus", "0", "--network", "airbench", "--precision", "fp32"]
+    argv += ["--probe-cache", str(tmp_path / "probes"), "--export", "false"]
+
+    def loaded(*more):
+        job = ["--job-dir", str(tmp_path / ("job%d" % len(more)))]
+        proc = subprocess.run(
+            [sys.executable, "-c", _LOADED, *argv, *job, *more], cwd=REPO, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1].replace("'", '"'))
+
+    plain = loaded("--train-steps", "10")
+    assert "training" in plain and "budget" not in plain and not {"cloud", "tuning"} & set(plain), plain
+    budgeted = loaded(
+        "--time-budget", "60s", "--lr-schedule", "onecycle"
+    )  # under the probes' threshold: nothing is timed
+    assert "budget" in budgeted and not {"cloud", "tuning"} & set(budgeted), budgeted
 
 
 def _bare_env(path: str) -> dict:

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator.budget import hooks as budget_hooks
 from estimator.budget import planner as time_budget
 from estimator.budget.planner import BudgetState, Plan, Planner
 from estimator.common import durations, machine
@@ -410,13 +409,12 @@ def test_the_ends_reserve_counts_only_the_intervals_at_the_current_image_size():
 
 
 def test_the_test_evaluations_views_are_counted_once():
-    from estimator import train
     from tests.helpers import hp
 
     both = hp(eval_flip_tta=True, eval_tta=True)
-    assert train.test_hparams(both, ["flip"]) == both.replace(eval_tta=False)
-    assert train.test_hparams(both, []) == both.replace(eval_tta=False, eval_flip_tta=False)
-    assert train.test_hparams(both.replace(eval_flip_tta=False), ["flip", "translations"]).eval_flip_tta is False
+    assert both.with_test_views(["flip"]) == both.replace(eval_tta=False)
+    assert both.with_test_views([]) == both.replace(eval_tta=False, eval_flip_tta=False)
+    assert both.replace(eval_flip_tta=False).with_test_views(["flip", "translations"]).eval_flip_tta is False
 
 
 def test_network_speed_times_training_and_evaluation_side_by_side_and_caches_them(tmp_path):
@@ -476,9 +474,9 @@ def rates_through_the_graph(plans_and_steps, schedule="onecycle", peak=0.4, warm
     """The learning rate at each (plan, step), loading each plan into the graph as the hook does."""
     with tf.Graph().as_default():
         step = v1.placeholder(tf.int64, [])
-        progress = budget_hooks.progress_tensor(step)
+        progress = schedules.progress_tensor(step)
         rate = schedules.learning_rate_at_progress(progress, schedule, peak, warmup)
-        op, feeds = budget_hooks.plan_loader(v1.get_default_graph())
+        op, feeds = schedules.plan_loader(v1.get_default_graph())
         with v1.Session() as sess:
             sess.run(v1.local_variables_initializer())
             out = []
@@ -520,8 +518,8 @@ def test_budget_flags_are_checked(mini_records, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_records, tmp_path):
+    from estimator.budget import job as budget_job
     from estimator.budget import probes as speed_probes
-    from estimator.training import config
 
     job, cache = str(tmp_path / "job"), str(tmp_path / "cache")
     flags = ["--data-dir", mini_records, "--job-dir", job, "--probe-cache", cache] + (
@@ -534,7 +532,7 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
     def slow(*_, **__):
         return {"train": 100.0, "eval": 300.0}
 
-    speed_probes.network_speed(config.parse(flags)[0], timer=slow)
+    speed_probes.network_speed(budget_job.parse(flags)[0], timer=slow)
     code, out = run_main(*flags)
     assert code == 0, out[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))

@@ -42,7 +42,7 @@ def _measure_and_choose(hp, cpu: dict, given: set):
     precision, probe, measured = _reference_speed(hp, cpu, measure)
     reference_speed = measured or dict(family.ASSUMED_REFERENCE_SPEED)
     rates = _estimated_rates(hp, given, precision, reference_speed, timed=bool(measured))
-    always, views = planner.evaluation_images(hp)
+    always, views = hp.evaluation_images()
     eval_speedup = planner.planned_eval_speedup(reference_speed, on_gpu=bool(hp.num_gpus))
 
     def training_secs(rate):  # each member's end at its own speed (the reference's evaluation ratio)

@@ -1,5 +1,5 @@
-"""The budget's side of the graph and the session: the plan's progress as a tensor (the learning rate follows
-it), the hook that runs the ``planner.Planner`` beside training, and the timer of checkpoint saves."""
+"""The budget's side of the session: the hook that runs the ``planner.Planner`` beside training (it loads each
+plan into the graph's ``schedules.progress_tensor``), and the timer of checkpoint saves."""
 
 from __future__ import annotations
 
@@ -7,46 +7,9 @@ import tensorflow as tf
 
 from estimator.budget.planner import BUDGET_FILE, CHECKPOINT_WRITES_AT_END, Plan, Planner
 from estimator.common import durations, storage
+from estimator.training.schedules import plan_loader
 
 v1 = tf.compat.v1
-
-
-def progress_tensor(global_step):
-    """The fraction of the plan done at ``global_step`` (a float64 tensor), from local variables that
-    ``BudgetHook`` loads (``plan_loader``). Called again in the same graph (for another reading of
-    the step), it reuses them.
-    """
-
-    def local(name, value):
-        return v1.get_variable(
-            name,
-            [],
-            tf.float64,
-            initializer=v1.constant_initializer(value),
-            trainable=False,
-            collections=[v1.GraphKeys.LOCAL_VARIABLES],
-        )
-
-    with v1.variable_scope("time_budget", reuse=v1.AUTO_REUSE):
-        anchor_step, anchor_progress, total = local("anchor_step", 0), local("anchor_progress", 0), local("total", 1)
-        if not v1.get_collection("time_budget_plan"):  # one loader for the graph
-            feeds = [
-                v1.placeholder(tf.float64, [], name=n) for n in ("new_anchor_step", "new_anchor_progress", "new_total")
-            ]
-            load = tf.group(
-                *[v1.assign(v, f) for v, f in zip((anchor_step, anchor_progress, total), feeds)], name="load_plan"
-            )
-            for item in [load] + feeds:
-                v1.add_to_collection("time_budget_plan", item)
-    s = tf.cast(global_step, tf.float64)
-    done = tf.clip_by_value((s - anchor_step) / tf.maximum(tf.constant(1.0, tf.float64), total - anchor_step), 0.0, 1.0)
-    return anchor_progress + (1.0 - anchor_progress) * done
-
-
-def plan_loader(graph):
-    """``(op, feeds)`` that load a plan into the graph of ``progress_tensor``, or None."""
-    found = graph.get_collection("time_budget_plan")
-    return (found[0], found[1:]) if found else None
 
 
 def _plan_line(planner: Planner, step: int, plan: Plan, old: Plan) -> str:
@@ -62,7 +25,7 @@ def _plan_line(planner: Planner, step: int, plan: Plan, old: Plan) -> str:
 
 
 class BudgetHook(v1.train.SessionRunHook):
-    """Runs ``planner`` beside training: loads each plan into the graph (``progress_tensor``), stops training
+    """Runs ``planner`` beside training: loads each plan into the graph (``schedules.progress_tensor``), stops training
     when the plan is done or the time for training is up, and keeps ``JOB_DIR/budget.json`` current."""
 
     def __init__(self, planner: Planner, job_dir: str, log):

@@ -41,8 +41,6 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
-from estimator.data import records as fmt
-
 BUDGET_FILE = "budget.json"
 
 # The figures behind these constants, with command, CPU and date: docs/speed.md, "What the budget's constants
@@ -82,9 +80,6 @@ BURST_FACTOR = 3.0
 END_SPEED_INTERVALS = 3
 # What passes before training's first step of a first run (interpreter, probes, training graph), at most.
 STARTUP_SECS = 15.0
-# The test evaluation's optional views, in the order a time budget keeps them: the mirror image (flip
-# TTA: one more pass), then the 1-pixel translations of both (TTA: four more).
-FLIP_VIEW, TRANSLATIONS_VIEW = "flip", "translations"
 
 
 def within_promise(budget_secs: float, wall_secs: float) -> bool:
@@ -430,22 +425,6 @@ class Planner:
         self.state.progress = self.plan.progress(step) if self.plan else self.state.progress
         self.state.used_secs = round(self.earlier_secs + (self.clock() - self.start), 3)
         return self.state
-
-
-def evaluation_images(hp):
-    """What the evaluations after training see, each view counted: ``(images always evaluated,
-    [(optional view, images)])``, from the split sizes the configuration resolved (``HParams.eval_examples``).
-    The optional views are the test evaluation's TTA ones asked for."""
-    test = hp.eval_examples[fmt.TEST]
-    always = test
-    if hp.validates:
-        always += (1 + int(hp.validation_flip_tta)) * hp.eval_examples[fmt.VALIDATION]
-    views = []
-    if hp.eval_flip_tta or hp.eval_tta:
-        views.append((FLIP_VIEW, test))
-    if hp.eval_tta:
-        views.append((TRANSLATIONS_VIEW, 4 * test))
-    return always, views
 
 
 def planned_eval_speedup(speed, on_gpu: bool) -> float:

@@ -21,9 +21,9 @@ from estimator.budget import family
 from estimator.common import durations, tensor_names
 from estimator.common.machine import cache_path, cached_probe, cpu_info, cpu_key, native_bf16, seconds_per_run
 from estimator.common.options import Network, Precision, network_shape
-from estimator.data import records as fmt
 from estimator.networks import airbench, layers, registry, resnet
 from estimator.ops import filter_gradient, gelu
+from estimator.training import machine
 
 CANDIDATES = ("fp32", "bf16")
 CACHE_FILE = "network_speed_probe.json"
@@ -203,42 +203,22 @@ def resolve_precision(hp, cpu: dict):
 
 
 def measure_this_machine(hp, earlier: dict, cpu: dict, speed=None):
-    """What the graph and the budget's plan need to know about this CPU, resolved once and recorded in
-    hparams.json: the bf16 filter-gradient plan (a restarted job keeps its first run's, so that its graph
-    is the one its checkpoints were trained with, on any machine), and, for ``--time-budget``, this
-    network's speeds (``speed``, where ``--network auto`` had them already; a restart on another CPU kind
-    times its own, and plans from them)."""
+    """What the budget's plan needs to know about this CPU, resolved once and recorded in hparams.json: for
+    ``--time-budget``, this network's speeds (``speed``, where ``--network auto`` had them already; a restart
+    on another CPU kind times its own, and plans from them), and, under a budget too short to time anything,
+    the bf16 filter-gradient plan from what is cached (``config.resolve`` measures it otherwise)."""
     if hp.num_gpus > 0 or hp.cluster.task_type == "ps":  # a parameter server builds no training graph
         return hp
-    if hp.precision == Precision.BF16:
-        plan = earlier.get("filter_gradients")
-        if plan is None:
-            plan = _measure_filter_gradients(hp, cpu)
-        hp = hp.replace(filter_gradients=plan)
+    measure = affordable(hp.time_budget)
+    if hp.precision == Precision.BF16 and not measure and earlier.get("filter_gradients") is None:
+        hp = hp.replace(filter_gradients=machine.filter_gradient_plan(hp, cpu, measure=False))
     if hp.time_budget:
         here = cpu_key(cpu)
         kept = earlier.get("speed_probe") or {}
         if speed is None and kept.get("cpu") == here:
             speed = kept
         elif speed is None:
-            speed = network_speed(hp, cpu=cpu, measure=affordable(hp.time_budget))
+            speed = network_speed(hp, cpu=cpu, measure=measure)
             speed = speed and dict(speed, how=family.TIMED)
         hp = hp.replace(speed_probe=speed and dict(speed, cpu=here))
     return hp
-
-
-def _measure_filter_gradients(hp, cpu: dict) -> dict:
-    """The bf16 filter-gradient plan of ``hp``'s training tower on this CPU: the tower's graph built (no
-    session) at each image size training will see (``--progressive-resize``'s, else the full one), each
-    candidate convolution's map timed on first use (cached), so that only the maps that occur are timed."""
-    import tensorflow as tf
-
-    # The largest images first: their maps decide the most sides of the smaller ones (``Measured``).
-    sides = sorted({side for _, side in hp.image_sizes.changes()}, reverse=True) if hp.image_sizes else [fmt.HEIGHT]
-    plan = filter_gradient.Measured(hp.probe_cache, cpu, measure=affordable(hp.time_budget))
-    for side in sides:
-        with tf.Graph().as_default():
-            images = tf.compat.v1.placeholder(tf.float32, [hp.train_batch_size // len(hp.towers), side, side, 3])
-            with tf.compat.v1.variable_scope(tensor_names.NETWORK_SCOPE):
-                registry.build(hp, True, filter_gradients=plan).forward_pass(images)
-    return plan.plan

@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 
-from estimator.budget import choice, probes
 from estimator.common import cluster as cluster_lib
 from estimator.common import machine, storage
 from estimator.common.options import DataFormat, EvalPolicy, Network, Precision
@@ -34,6 +33,7 @@ from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet, MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
 from estimator.training import devices, flags
 from estimator.training import hparams as hparams_lib
+from estimator.training import machine as machine_plan
 
 HPARAMS_FILE = "hparams.json"
 JOB_DIR_VARIABLES = ("AIP_CHECKPOINT_DIR", "AIP_MODEL_DIR")
@@ -51,7 +51,9 @@ def job_dir_of(flag, environ) -> str:
     raise ValueError("--job-dir is required (or AIP_MODEL_DIR / AIP_CHECKPOINT_DIR on Vertex AI).")
 
 
-def resolve(args: argparse.Namespace, environ=None, gpus_visible=None, given=frozenset()) -> hparams_lib.HParams:
+def resolve(
+    args: argparse.Namespace, environ=None, gpus_visible=None, given=frozenset(), choose=None
+) -> hparams_lib.HParams:
     """Validates parsed trainer flags against the environment and the data; returns the frozen HParams.
 
     Args:
@@ -60,6 +62,8 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None, given=fro
       environ: the environment (default ``os.environ``).
       gpus_visible: GPUs TensorFlow sees (default: asks TensorFlow).
       given: the flags given by hand (``flags.given_flags(argv)``): ``--network auto`` keeps to them.
+      choose: ``choose(hp, recorded, cpu, given) -> hp``, what resolves ``--time-budget``, ``--network auto``
+        and ``--precision auto`` (``estimator.budget.job.choose``); a job that asks for none never needs it.
 
     Raises:
       ValueError, MissingDataError: naming the bad value and the fix.
@@ -70,17 +74,29 @@ def resolve(args: argparse.Namespace, environ=None, gpus_visible=None, given=fro
     places = _places(args.job_dir, args.probe_cache, environ, cluster)
     hp = _with_data(_settings(vars(args), places, cluster))
     cpu = machine.cpu_info(environ=environ)
+    hp = _checked_precision(hp, cpu)
+    trains = hp.num_gpus == 0 and hp.cluster.task_type != "ps"  # a parameter server builds no training graph
     # What a restart keeps from its first run (the member, the filter-gradient plan, the speeds measured):
     # read only where something of it is used.
-    measures = hp.num_gpus == 0 and (hp.time_budget or hp.precision != Precision.FP32)
-    earlier = _recorded(hp.job_dir) if hp.network == Network.AUTO or measures else {}
-    speed = None
-    if hp.network == Network.AUTO:
-        chosen, speed = choice.choose_network(hp, earlier, cpu, given)
-        hp = hp.replace(**chosen)
+    asks = needs_choices(hp)
+    earlier = _recorded(hp.job_dir) if asks or (trains and hp.precision == Precision.BF16) else {}
+    if asks:
+        if choose is None:
+            raise ValueError(
+                "--time-budget, --network auto and --precision auto are resolved by estimator.budget: call "
+                "estimator.budget.job.resolve (or pass it as choose)."
+            )
+        hp = choose(hp, earlier, cpu, given)
     hparams_lib.check_schedule(hp)
-    hp = probes.resolve_precision(_checked_precision(hp, cpu), cpu)
-    return probes.measure_this_machine(hp, earlier, cpu, speed)
+    if trains and hp.precision == Precision.BF16 and hp.filter_gradients is None:
+        plan = earlier.get("filter_gradients")
+        hp = hp.replace(filter_gradients=machine_plan.filter_gradient_plan(hp, cpu) if plan is None else plan)
+    return hp
+
+
+def needs_choices(hp: hparams_lib.HParams) -> bool:
+    """Whether ``hp`` asks for what only the budget resolves: a time budget, ``--network`` or ``--precision auto``."""
+    return bool(hp.time_budget) or hp.network == Network.AUTO or hp.precision == Precision.AUTO
 
 
 def _settings(flag_values: dict, places: dict, cluster) -> hparams_lib.HParams:
@@ -165,13 +181,13 @@ def _recorded(job_dir: str) -> dict:
     return json.loads(storage.read_text(path)).get("hparams", {})
 
 
-def parse(argv=None, parser=None, environ=None):
+def parse(argv=None, parser=None, environ=None, choose=None):
     """``resolve`` for a command line: returns ``(hparams, parsed args)``; on bad input prints the
     message and exits with status 2 (argparse's convention), having written nothing."""
     parser = parser or flags.build_parser()
     args = parser.parse_args(argv)
     try:
-        return resolve(args, environ, given=flags.given_flags(argv)), args
+        return resolve(args, environ, given=flags.given_flags(argv), choose=choose), args
     except (ValueError, MissingDataError) as e:
         parser.error(str(e))
 

@@ -34,6 +34,10 @@ from estimator.health import rules
 from estimator.training import devices, recipes, schedules, settings
 from estimator.training.settings import NONNEGATIVE, POSITIVE, Range, flag_name, setting
 
+# The test evaluation's optional views: the mirror image (flip TTA: one more pass), then the 1-pixel
+# translations of both (TTA: four more).
+FLIP_VIEW, TRANSLATIONS_VIEW = "flip", "translations"
+
 
 @dataclass(frozen=True)
 class HParams:
@@ -468,6 +472,28 @@ class HParams:
         """What the Estimator that trains and runs the validation evaluations gets: the same
         hyperparameters with flip TTA as ``validation_flip_tta`` says."""
         return self.replace(eval_flip_tta=self.validation_flip_tta, eval_tta=False)
+
+    def evaluation_images(self):
+        """What the evaluations after training see, each view counted: ``(images always evaluated,
+        [(optional view, images)])``, from the split sizes the configuration resolved (``eval_examples``).
+        The optional views are the test evaluation's TTA ones asked for, in the order a time budget keeps them."""
+        test = self.eval_examples[fmt.TEST]
+        always = test
+        if self.validates:
+            always += (1 + int(self.validation_flip_tta)) * self.eval_examples[fmt.VALIDATION]
+        views = []
+        if self.eval_flip_tta or self.eval_tta:
+            views.append((FLIP_VIEW, test))
+        if self.eval_tta:
+            views.append((TRANSLATIONS_VIEW, 4 * test))
+        return always, views
+
+    def with_test_views(self, views) -> HParams:
+        """These hyperparameters for the test evaluation with only ``views`` of its optional ones."""
+        return self.replace(
+            eval_flip_tta=self.eval_flip_tta and FLIP_VIEW in views,
+            eval_tta=self.eval_tta and TRANSLATIONS_VIEW in views,
+        )
 
     @property
     def validates(self) -> bool:

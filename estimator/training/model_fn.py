@@ -23,7 +23,6 @@ import itertools
 
 import tensorflow as tf
 
-from estimator.budget.hooks import progress_tensor
 from estimator.common import tensor_names
 from estimator.common.options import HealthAction, Network, Optimizer, Precision
 from estimator.common.tensor_names import (
@@ -38,7 +37,7 @@ from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet
 from estimator.health import nonfinite, probes
 from estimator.networks import airbench, registry
-from estimator.training import devices, eval_metrics, muon
+from estimator.training import devices, eval_metrics, muon, schedules
 from estimator.training import hooks as hooks_lib
 from estimator.training import hparams as hparams_lib
 
@@ -365,9 +364,9 @@ def _count_skipped_steps(train_op, gradvars, optimizer):
 
 def progress_function(hp):
     """``done_at(step)``: the fraction of training done at a global-step tensor (float64): of a time
-    budget's plan (``budget.hooks.progress_tensor``), else of ``--train-steps``."""
+    budget's plan (``schedules.progress_tensor``), else of ``--train-steps``."""
     if hp.schedule.by_progress:
-        return progress_tensor
+        return schedules.progress_tensor
     total = max(1, hp.schedule.total_steps)
     return lambda step: tf.cast(step, tf.float64) / total
 

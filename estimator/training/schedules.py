@@ -222,10 +222,51 @@ class Schedule:
 
     def learning_rate(self, step, progress=None):
         """The rate at ``step`` (an integer tensor), a float32 tensor (``learning_rate``); a
-        budgeted schedule's at ``progress`` (``budget.hooks.progress_tensor``)."""
+        budgeted schedule's at ``progress`` (``progress_tensor``)."""
         if self.by_progress:
             return learning_rate_at_progress(progress, self.name, self.peak, self.warmup_fraction)
         return learning_rate(step, self.name, self.peak, self.total_steps, self.warmup, self.boundaries, self.factors)
+
+
+def progress_tensor(global_step):
+    """The fraction of the plan done at ``global_step`` (a float64 tensor), from local variables that
+    ``budget.hooks.BudgetHook`` loads (``plan_loader``). Called again in the same graph (for another reading of
+    the step), it reuses them.
+    """
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+
+    def local(name, value):
+        return v1.get_variable(
+            name,
+            [],
+            tf.float64,
+            initializer=v1.constant_initializer(value),
+            trainable=False,
+            collections=[v1.GraphKeys.LOCAL_VARIABLES],
+        )
+
+    with v1.variable_scope("time_budget", reuse=v1.AUTO_REUSE):
+        anchor_step, anchor_progress, total = local("anchor_step", 0), local("anchor_progress", 0), local("total", 1)
+        if not v1.get_collection("time_budget_plan"):  # one loader for the graph
+            feeds = [
+                v1.placeholder(tf.float64, [], name=n) for n in ("new_anchor_step", "new_anchor_progress", "new_total")
+            ]
+            load = tf.group(
+                *[v1.assign(v, f) for v, f in zip((anchor_step, anchor_progress, total), feeds)], name="load_plan"
+            )
+            for item in [load] + feeds:
+                v1.add_to_collection("time_budget_plan", item)
+    s = tf.cast(global_step, tf.float64)
+    done = tf.clip_by_value((s - anchor_step) / tf.maximum(tf.constant(1.0, tf.float64), total - anchor_step), 0.0, 1.0)
+    return anchor_progress + (1.0 - anchor_progress) * done
+
+
+def plan_loader(graph):
+    """``(op, feeds)`` that load a plan into the graph of ``progress_tensor``, or None."""
+    found = graph.get_collection("time_budget_plan")
+    return (found[0], found[1:]) if found else None
 
 
 # --progressive-resize: the side of the images the network trains on grows in steps of this many

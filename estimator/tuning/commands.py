@@ -27,13 +27,14 @@ from estimator.tuning import spec as spec_lib
 
 def check_trainer_flags(trainer_flags, job_dir: str):
     """The trainer's own parsing and checks (data present, flags valid); returns (hparams, option strings)."""
-    from estimator.training import config, flags
+    from estimator.budget import job as budget_job
+    from estimator.training import flags
 
     if any(f == "--job-dir" or f.startswith("--job-dir=") for f in trainer_flags):
         raise spec_lib.SpecError("--job-dir goes before --: the study gives each trial its own directory.")
     # The study's trials get a TF_CONFIG and trial of their own.
     environ = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "CLOUD_ML_TRIAL_ID")}
-    hp, _ = config.parse(list(trainer_flags) + ["--job-dir", job_dir], environ=environ)
+    hp, _ = budget_job.parse(list(trainer_flags) + ["--job-dir", job_dir], environ=environ)
     return hp, flags.flag_names()
 
 

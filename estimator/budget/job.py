@@ -1,0 +1,188 @@
+"""The budget's two calls from a job: ``choose`` while the configuration resolves the flags, ``BudgetedJob``
+while ``estimator.train.run`` trains. A job that asks for neither a budget nor an auto choice never imports
+this package (``estimator.cifar10_main``).
+
+* ``choose(hp, recorded, cpu, given)``: ``--network auto`` (``choice``), ``--precision auto`` and the speeds a
+  ``--time-budget`` plans with (``probes``), each said in the log once;
+* ``BudgetedJob(hp)``: the planner (``planner``) and what runs it beside training (``hooks``): the progress
+  line's plan, the hook that stops training, the checkpoints' timer, the test views that still fit, and
+  results.json's record of the run's time.
+"""
+
+from __future__ import annotations
+
+import time
+
+from estimator.budget import choice, family, probes
+from estimator.budget import hooks as budget_hooks
+from estimator.budget import planner as planner_lib
+from estimator.common import durations, logs, processes
+from estimator.common.options import Network
+from estimator.training import config
+from estimator.training import hooks as training_hooks
+
+
+def choose(hp, recorded: dict, cpu: dict, given):
+    """``hp`` with what this machine affords resolved: the member of ``--network auto``, the precision of
+    ``--precision auto``, and for ``--time-budget`` this network's speeds (``config.resolve``'s ``choose``)."""
+    speed = None
+    if hp.network == Network.AUTO:
+        chosen, speed = choice.choose_network(hp, recorded, cpu, given)
+        hp = hp.replace(**chosen)
+    hp = probes.measure_this_machine(probes.resolve_precision(hp, cpu), recorded, cpu, speed)
+    for line in choice_lines(hp):
+        logs.info(line)
+    return hp
+
+
+def resolve(args, environ=None, gpus_visible=None, given=frozenset()):
+    """``config.resolve`` with the budget's choices."""
+    return config.resolve(args, environ, gpus_visible, given, choose=choose)
+
+
+def parse(argv=None, parser=None, environ=None):
+    """``config.parse`` with the budget's choices."""
+    return config.parse(argv, parser, environ, choose=choose)
+
+
+def choice_lines(hp) -> list:
+    """What ``--precision auto`` went by (its timings, or why nothing was timed) and ``--network auto``'s
+    choice (hparams.json's ``network_choice``), one line a decision."""
+    lines = []
+    if hp.precision_probe:
+        timed = ", ".join("%s %.0f" % kv for kv in sorted(hp.precision_probe.items()))
+        lines.append("--precision auto: %s (%s img/s)" % (hp.precision, timed))
+    elif hp.precision_probe is not None:
+        lines.append("--precision auto: %s (%s)" % (hp.precision, probes.untimed_reason(hp)))
+    made = hp.network_choice
+    if made:
+        candidates = "; ".join(
+            "%s %.0f img/s (%s), %.1f epochs, %s"
+            % (
+                c["member"],
+                c["images_per_sec"],
+                c["speed"],
+                c["epochs"],
+                "expected %.2f%%" % (100 * c["expected_accuracy"]) if c["expected_accuracy"] else "not in the table",
+            )
+            for c in made.get("candidates", [])
+        )
+        kept = " (kept from the job's first run)" if made.get("kept_from_the_first_run") else ""
+        lines.append("--network auto: %s%s; %s: %s" % (made["member"], kept, made.get("why", ""), candidates))
+    return lines
+
+
+def make_planner(hp) -> planner_lib.Planner:
+    """The time-budget planner, continuing what earlier runs of the job used (JOB_DIR/budget.json)."""
+    state = planner_lib.BudgetState.load(hp.job_dir, hp.time_budget)
+    if state.used_secs:
+        logs.info(
+            "time budget: %s of %s used by earlier runs of this job; continuing at progress %.3f",
+            durations.format_clock(state.used_secs),
+            durations.format_clock(hp.time_budget),
+            state.progress,
+        )
+    probe = hp.precision_probe or {}
+    guess = probe.get(hp.precision) or planner_lib.GUESS_IMAGES_PER_SEC
+    speedup = planner_lib.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
+    probe_rate = None
+    if hp.speed_probe:
+        speed = hp.speed_probe
+        guess = speed["train"]
+        if speed.get("how") == family.TIMED:
+            probe_rate = speed["train"]  # one tower's batches: towers on the CPU share its cores
+        logs.info(
+            "time budget: evaluation runs %.1fx training's images/s here (train %.0f, eval %.0f img/s, %s); "
+            "planning with %.1fx",
+            speed["eval"] / speed["train"],
+            speed["train"],
+            speed["eval"],
+            speed.get("how", family.TIMED),
+            speedup,
+        )
+    always, views = hp.evaluation_images()
+    return planner_lib.Planner(
+        hp.time_budget,
+        processes.started_at(),
+        state,
+        hp.global_batch_size,
+        always,
+        guess_images_per_sec=guess,
+        eval_speedup=speedup,
+        step_cost=hp.image_sizes,
+        optional_views=tuple(views),
+        probe_images_per_sec=probe_rate,
+    )
+
+
+class BudgetedJob:
+    """What ``estimator.train.run`` asks of a job with ``--time-budget``: the planner, continued from the job's
+    earlier runs, and what runs it beside training and after it."""
+
+    def __init__(self, hp):
+        self.hp = hp
+        self.planner = make_planner(hp)
+
+    def progress_hook(self) -> training_hooks.ProgressHook:
+        """The progress line, its total the current plan and its end the budget left."""
+        planner = self.planner
+        return training_hooks.ProgressHook(
+            lambda: planner.plan.total_steps if planner.plan else 0,
+            self.hp.train_batch_size,
+            every_n_steps=self.hp.log_every_n_steps,
+            budget_left=lambda: planner.remaining_secs(planner.clock()),
+        )
+
+    def train_hooks(self) -> list:
+        return [budget_hooks.BudgetHook(self.planner, self.hp.job_dir, logs.info)]
+
+    def saving_listeners(self) -> list:
+        return [budget_hooks.CheckpointTimer(self.planner, logs.info)]
+
+    def nothing_to_train(self) -> bool:
+        """True (and says so) on a restart after the budget was spent: the job evaluates and exports what it has."""
+        planner = self.planner
+        if not planner.exhausted():
+            return False
+        logs.info(
+            "time budget: nothing left to train (progress %.3f, %s left); evaluating step %s",
+            planner.state.progress,
+            durations.format_clock(planner.remaining_secs(planner.clock())),
+            planner.state.step,
+        )
+        return True
+
+    def training_begins(self) -> None:
+        self.planner.setup_begins()
+
+    def test_views(self):
+        """``(the optional test views kept, those dropped)``: the views that still fit the time left (the plan
+        kept time for them)."""
+        kept, dropped = self.planner.views_that_fit(self.planner.clock())
+        dropped = [v for v in dropped if v in dict(self.hp.evaluation_images()[1])]
+        if dropped:
+            logs.info("time budget: test evaluation without the %s view(s): they do not fit", " and ".join(dropped))
+        return kept, dropped
+
+    def record(self, test_eval_secs: tuple) -> dict:
+        """results.json's record of the run's time: the plan, and what the end took against its reserve, and of
+        that the test evaluation (``test_eval_secs``: ``(its set-up: the graph built and the checkpoint
+        restored, the whole evaluation: the set-up and every view)``)."""
+        planner = self.planner
+        record = dict(
+            time_budget_secs=self.hp.time_budget,
+            planned_steps=planner.state.planned_steps,
+            replans=planner.state.replans,
+            budget_used_by_earlier_runs_secs=round(planner.earlier_secs, 2),
+            stopped_at_the_deadline=planner.stopped_early,
+            evaluation_speedup=round(planner.eval_speedup, 2),
+        )
+        if planner.training_ended is not None:
+            ended, reserved = planner.training_ended
+            record.update(final_secs_reserved=round(reserved, 2), final_secs=round(time.monotonic() - ended, 2))
+            record["final_test_eval_setup_secs"] = round(test_eval_secs[0], 2)
+            record["final_test_eval_secs"] = round(test_eval_secs[1], 2)
+            if planner.setup_secs is not None:
+                record["training_setup_secs"] = round(planner.setup_secs, 2)
+            record["checkpoint_save_secs"] = round(planner.checkpoint_secs, 2)
+        return record
