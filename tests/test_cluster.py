@@ -100,10 +100,17 @@ def test_sync_cluster_finishes_without_hanging(mini_records, tmp_path):
     assert hp["derived"]["learning_rate_boundaries"][0] == 63 * 82
 
 
-def test_killed_worker_rejoins_and_job_finishes(mini_records, tmp_path):
+def test_a_killed_worker_rejoins_and_a_killed_master_resumes_from_its_last_checkpoint(mini_records, tmp_path):
+    """One job, two preemptions: the worker is killed mid-run and rejoins; later the master is killed after a
+    checkpoint and resumes from the one its state file names; the job finishes."""
     job = str(tmp_path / "job")
+    # --verbose: the Estimator's own "Saving checkpoints" and "Restoring parameters" lines.
     cluster = LocalCluster(
-        trainer(mini_records, job, 400, "--save-checkpoints-steps", "100"), workers=1, ps=1, env=ENV, out=None
+        trainer(mini_records, job, 600, "--save-checkpoints-steps", "50", "--verbose"),
+        workers=1,
+        ps=1,
+        env=ENV,
+        out=None,
     )
     with cluster:
         cluster.start()
@@ -113,22 +120,6 @@ def test_killed_worker_rejoins_and_job_finishes(mini_records, tmp_path):
         assert first.process.returncode == -9
         cluster.start_task("worker", 0)
         cluster.wait_for("worker", 0, r"step \d+/\d+ ", timeout=120)  # it rejoined and trains
-        assert cluster.wait(timeout=300) == 0
-    assert_finished(cluster, job, 400)
-
-
-def test_killed_master_resumes_from_its_last_checkpoint(mini_records, tmp_path):
-    job = str(tmp_path / "job")
-    # --verbose: the Estimator's own "Saving checkpoints" and "Restoring parameters" lines.
-    cluster = LocalCluster(
-        trainer(mini_records, job, 300, "--save-checkpoints-steps", "50", "--verbose"),
-        workers=1,
-        ps=1,
-        env=ENV,
-        out=None,
-    )
-    with cluster:
-        cluster.start()
         # Logged once the checkpoint and its state file are written.
         cluster.wait_for(
             "master", 0, r"Calling checkpoint listeners after saving checkpoint (5\d|[1-9]\d\d)\.", timeout=180
@@ -141,7 +132,8 @@ def test_killed_master_resumes_from_its_last_checkpoint(mini_records, tmp_path):
         restored = cluster.wait_for("master", 0, r"Restoring parameters from .*model\.ckpt-(\d+)", timeout=180)
         assert int(restored.group(1)) == latest >= 50
         assert cluster.wait(timeout=300) == 0
-    assert_finished(cluster, job, 300)
+    assert_finished(cluster, job, 600)
+    assert latest < 600  # the master was killed mid-run
 
 
 def test_unreachable_parameter_server_fails_in_bounded_time(mini_records, tmp_path):

@@ -71,11 +71,14 @@ def trials(job_dir):
 
 
 @pytest.mark.slow
-def test_a_three_trial_study_with_every_parameter_type(mini_records, tmp_path):
+def test_a_study_with_every_parameter_type_resumes_after_its_coordinator_is_killed(mini_records, tmp_path):
+    """Three trials drawing every parameter type; the coordinator is killed while trial 2 runs, and the same
+    command resumes the study: trial 2 is recorded as failed, trial 3 runs, trial 1 is never run again."""
     config = write_config(
         tmp_path / "hp.yaml",
         maxTrials=3,
         maxParallelTrials=1,
+        maxFailedTrials=2,
         params=[
             {
                 "parameterName": "learning-rate",
@@ -97,11 +100,27 @@ def test_a_three_trial_study_with_every_parameter_type(mini_records, tmp_path):
         ],
     )
     job = str(tmp_path / "study")
+    command = tune_command(config, job, mini_records, "--seed", "3")
+    coordinator = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    # Kill the coordinator while trial 2 runs (trial 1 is finished).
+    while not os.path.exists(os.path.join(job, "2", "trial.log")) and time.time() < deadline:
+        time.sleep(0.2)
+    coordinator.kill()
+    coordinator.wait()
+    first = os.path.getmtime(os.path.join(job, "1", "results.json"))
+    time.sleep(1)
     rc, out, err = tune(config, job, mini_records, "--seed", "3")
     assert rc == 0, out + err
+    assert "trial 2 was left running by an earlier coordinator: recorded as failed" in out
+    assert "3 trial(s)" in out and "Continuing study" in out
     rows = trials(job)
-    assert [r["trial"] for r in rows] == ["1", "2", "3"] and {r["state"] for r in rows} == {"COMPLETE"}
-    for r in rows:
+    assert [(r["trial"], r["state"]) for r in rows] == [("1", "COMPLETE"), ("2", "FAIL"), ("3", "COMPLETE")]
+    assert os.path.getmtime(os.path.join(job, "1", "results.json")) == first  # never run again
+    assert os.path.isdir(os.path.join(job, "2"))  # kept
+    assert not os.path.exists(os.path.join(job, "2", "results.json"))  # its trainer died with the coordinator
+    done = [r for r in rows if r["state"] == "COMPLETE"]
+    for r in done:
         # What the trial's trainer resolved is what the study drew, and the metric is its last report.
         described = json.load(open(os.path.join(job, r["trial"], "hparams.json")))["hparams"]
         assert described["learning_rate"] == pytest.approx(float(r["learning-rate"]))
@@ -113,48 +132,11 @@ def test_a_three_trial_study_with_every_parameter_type(mini_records, tmp_path):
         assert float(r["accuracy"]) == pytest.approx(results["validation_accuracy"], abs=1e-6)
         metrics = open(os.path.join(job, r["trial"], "hypertune", "output.metrics")).read().splitlines()
         assert json.loads(metrics[-1])["trial"] == r["trial"]
-    best = max(rows, key=lambda r: float(r["accuracy"]))
+    best = max(done, key=lambda r: float(r["accuracy"]))
     assert "Best trial %s: accuracy %.4f" % (best["trial"], float(best["accuracy"])) in out
     assert "estimator.cifar10_main" in out.split("Best trial")[1]
     assert "(with CLOUD_ML_TRIAL_ID=%s: its directory %s)" % (best["trial"], os.path.join(job, best["trial"])) in out
     assert open(os.path.join(job, "study.png"), "rb").read(4) == b"\x89PNG"
-
-
-@pytest.mark.slow
-def test_resume_after_the_coordinator_is_killed(mini_records, tmp_path):
-    config = write_config(
-        tmp_path / "hp.yaml", maxTrials=3, maxFailedTrials=2, algorithm="RANDOM_SEARCH", params=[LEARNING_RATE_PARAM]
-    )
-    job = str(tmp_path / "study")
-    command = [
-        sys.executable,
-        "-m",
-        "estimator.tune",
-        "--config",
-        config,
-        "--job-dir",
-        job,
-        *"--seed 1 -- --data-dir".split(),
-        mini_records,
-    ] + TRAINER
-    coordinator = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    # Kill the coordinator while trial 2 runs (trial 1 is finished).
-    while not os.path.exists(os.path.join(job, "2", "trial.log")) and time.time() < deadline:
-        time.sleep(0.2)
-    coordinator.kill()
-    coordinator.wait()
-    first = os.path.getmtime(os.path.join(job, "1", "results.json"))
-    time.sleep(1)
-    rc, out, err = tune(config, job, mini_records, "--seed", "1")
-    assert rc == 0, out + err
-    assert "trial 2 was left running by an earlier coordinator: recorded as failed" in out
-    assert "3 trial(s)" in out and "Continuing study" in out
-    rows = trials(job)
-    assert [(r["trial"], r["state"]) for r in rows] == [("1", "COMPLETE"), ("2", "FAIL"), ("3", "COMPLETE")]
-    assert os.path.getmtime(os.path.join(job, "1", "results.json")) == first  # never run again
-    assert os.path.isdir(os.path.join(job, "2"))  # kept
-    assert not os.path.exists(os.path.join(job, "2", "results.json"))  # its trainer died with the coordinator
     # Running it once more adds nothing: the study is complete.
     rc, out, _ = tune(config, job, mini_records)
     assert rc == 0 and len(trials(job)) == 3
