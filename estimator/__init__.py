@@ -12,10 +12,6 @@ from estimator.common import processes  # noqa: F401 - first: the start of the p
 
 __version__ = "0.5.0"
 
-# TensorFlow 2.15 turns its oneDNN kernels on by default only on CPUs with
-# AVX512_VNNI, AVX512_BF16 or AMX. On an AVX2-only CPU (an AMD EPYC here) they
-# are off, training runs at half speed (ResNet-20: 175 against 350 images/s,
-# benchmarks/training_speed.py) and channels_first convolutions do not run at
-# all. So the package asks for them before TensorFlow is first imported; set
-# TF_ENABLE_ONEDNN_OPTS=0 to keep TensorFlow's own choice.
+# TensorFlow 2.15 turns oneDNN on by default only with AVX512_VNNI, AVX512_BF16 or AMX; without it an AVX2-only
+# CPU trains at half speed (docs/speed.md). TF_ENABLE_ONEDNN_OPTS=0 keeps TensorFlow's own choice.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")

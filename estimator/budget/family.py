@@ -38,10 +38,8 @@ class Member:
     crop_padding: int
     cutout: int
     forward_mflops: float
-    # Images/s per multiply-add against the reference member's, as measured side by side (docs/speed.md,
-    # "The family's speeds"): the narrowest keeps two cores less busy, the widest keeps them busier. Per
-    # precision, since matrix units favour the wide members most: airbench94 in bf16 ran at 1.27-1.35 of
-    # the reference's efficiency without AMX and 1.68 with it, in fp32 at 1.07-1.23 on every CPU measured.
+    # Images/s per multiply-add against the reference member's, measured side by side per precision, since
+    # matrix units favour the wide members most (docs/speed.md, "The family's speeds").
     fp32_efficiency: float = 1.0
     bf16_efficiency: float = 1.0
 

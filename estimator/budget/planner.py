@@ -243,9 +243,8 @@ class Planner:
         if self.recent_speeds:
             sides = self.recent_speeds[-1][0]
             full_steps_per_sec = statistics.median(speed for s, speed in self.recent_speeds if s == sides)
-        # At most BURST_FACTOR times slower than the best speed measured: a burst of another process at
-        # start-up would otherwise make the end's reserve exceed the budget and stop training at once (an
-        # AVX2 EPYC's 5-minute job trained 23 steps so), while a core taken for good is still followed.
+        # At most BURST_FACTOR times slower than the best speed measured: a burst at start-up must not make the
+        # reserve swallow the budget, while a core taken for good is still followed (docs/speed.md).
         full_steps_per_sec = max(full_steps_per_sec, self.best_full_size_steps_per_sec / BURST_FACTOR)
         eval_rate = self.eval_speedup * full_steps_per_sec * self.images_per_step
         return images / max(eval_rate, 1e-9)
@@ -279,15 +278,11 @@ class Planner:
         (training may have ended late, or the machine slowed down), and the rest of the optional ones."""
         planned = [v for v in self.optional_views if v[0] in self.planned_views()]
         # Training ends with the step that crosses its deadline, up to a step into the reserve: that alone
-        # must not drop a view the plan kept time for. At 0.32 steps/s (a 30-minute run held to AVX2, a
-        # core taken) it ended 2.3 s late, dropped the translations and left 75 s of the budget unused. The
-        # evaluation's own margin (MEASURED_EVAL_SPEEDUP_SHARE) is as long: at 3x training's images/s, a
-        # tenth of the 20,000-60,000 images with views takes 1.3-3.9 steps of 512.
+        # must not drop a view the plan kept time for (the evaluation's own margin is as long).
         limit = self.remaining_secs(now) + max(END_TOLERANCE_SECS, 1.0 / self.steps_per_sec)
         if self.training_ended is not None:
-            # What of the end's fixed costs has been paid since training ended (its last checkpoint, the
-            # final export) is not counted again: counted twice, it dropped the translations of a 30-minute
-            # run held to AVX2 that then ended 48 s early.
+            # What of the end's fixed costs was paid since training ended (its last checkpoint, the final
+            # export) is not counted again.
             limit += min(max(0.0, now - self.training_ended[0]), self.fixed_secs())
         kept = [name for name, _ in self._views_within(limit, planned)]
         return kept, [name for name, _ in self.optional_views if name not in kept]
@@ -377,9 +372,7 @@ class Planner:
             self.full_size_steps_per_sec = 1.0 / self.secs_per_step(self.step_cost.full)
         self.recent_speeds = (self.recent_speeds + [(sides, self.full_size_steps_per_sec)])[-END_SPEED_INTERVALS:]
         # The end's floor rises only with a full-size speed measured, never with one estimated from smaller
-        # images: 3.13 full-size steps/s so estimated (at 24 and 28 pixels, the VM fast for a while) put it at
-        # 1.56 on a Zen 4 held to AVX2, where a core taken left 1.37 (the probe's 2.08 was the truth); the
-        # end took 1.2 s more than its reserve and the command 301.7 s of 300.
+        # images, which can run ahead of what full-size steps get.
         if self.step_cost is None or self.step_cost.full in self.size_secs:
             self.best_full_size_steps_per_sec = max(self.best_full_size_steps_per_sec, self.full_size_steps_per_sec)
 

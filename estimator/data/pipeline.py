@@ -260,11 +260,8 @@ class Cifar10DataSet(object):
             raise ValueError("batch_size must be positive, got %d." % batch_size)
         records = tf.data.TFRecordDataset(self.get_filenames())
         if self.subset == fmt.TRAIN:
-            # The whole training set fits in memory (40,000-50,000 x 3 KB): a full
-            # shuffle buffer gives a true random permutation each epoch. The
-            # files are read once (cache, a second copy): on gs:// every epoch read
-            # them again, its shuffle buffer refilled from Cloud Storage before its
-            # first batch.
+            # The training set fits in memory: a full shuffle buffer is a true permutation each epoch, and
+            # the files are read once (cache), not again from gs:// every epoch.
             epoch_size = self.num_examples_per_epoch()
             records = records.cache().shuffle(epoch_size, seed=self.seed, reshuffle_each_iteration=True)
             batches = records.repeat().batch(batch_size, drop_remainder=True).enumerate()

@@ -106,10 +106,8 @@ def time_filter_gradients(x_shape, kernel_shape, dtype, runs: int = PROBE_RUNS, 
     size = int(kernel_shape[0])
     out_shape = list(x_shape[:3]) + [int(kernel_shape[-1])]
     with tf.Graph().as_default():
-        # Variables, not constants, which the graph optimiser would fold away before the timing; drawn by
-        # the graph, not numpy: a bf16 array in a graph is one integer field per value, and two of 8M
-        # values (batch 512, 8x8 maps, 256 channels) took 2.6 s to build and load on a Zen 4 (drawn: 0.2
-        # s), where timing them took 1.2.
+        # Variables, not constants, which the graph optimiser would fold away; drawn by the graph, since a bf16
+        # numpy array in a graph is one integer field per value and takes seconds to build.
         x, dy = (
             tf.Variable(tf.cast(tf.random.stateless_uniform(shape, seed=[0, i], minval=-1.0), dtype))
             for i, shape in enumerate((list(x_shape), out_shape))

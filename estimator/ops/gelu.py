@@ -8,10 +8,8 @@ _SQRT_HALF = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327
 
 
-# tf.nn.gelu is a dozen element-wise ops forward and backward, each a pass over the activations in
-# Eigen, whose bf16 kernels are slow on some CPUs: on a Xeon with AMX they took as long as all the
-# convolutions of a bf16 step (docs/speed.md). XLA compiles each of these two functions into one
-# loop, in float32 whatever the activations' type (as tf.nn.gelu computes bf16 in float32 per op).
+# tf.nn.gelu is a dozen element-wise passes in Eigen, slow in bf16 (docs/speed.md); XLA compiles each of these
+# two functions into one loop, in float32 whatever the activations' type, as tf.nn.gelu computes per op.
 @tf.function(jit_compile=True)
 def _gelu_forward(x):
     x32 = tf.cast(x, tf.float32)

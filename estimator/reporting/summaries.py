@@ -49,10 +49,8 @@ def close_writers() -> None:
 
 
 def _flush_if_local(writer, log_dir: str) -> None:
-    # Locally a flush costs nothing and TensorBoard shows the values at once. On Cloud Storage it uploads the
-    # whole event file again (TensorFlow's client cannot append), so flushing after each write made the uploads
-    # grow with the square of the run's length; there the writer's own flush (every 120 s, as the Estimator's
-    # summaries have it) and its close at the job's end serve.
+    # On Cloud Storage a flush uploads the whole event file again (TensorFlow's client cannot append): there the
+    # writer's own flush (every 120 s) and its close at the job's end serve; locally a flush costs nothing.
     if not storage.is_gcs(log_dir):
         writer.flush()
 
