@@ -145,12 +145,13 @@ def test_the_layers_hold_and_an_import_up_a_layer_breaks_them(tmp_path):
 
 
 _LOADED = """
+import json
 import sys
 from estimator import cifar10_main, train
 hp = cifar10_main.parse(sys.argv[1:])
 budget = cifar10_main._budget().BudgetedJob(hp) if hp.time_budget else None
 train.build_hooks(hp, budget=budget)
-print(sorted({m.split(".")[1] for m in sys.modules if m.startswith("estimator.")}))
+print(json.dumps(sorted({m.split(".")[1] for m in sys.modules if m.startswith("estimator.")})))
 """
 
 
@@ -166,7 +167,7 @@ def test_a_run_without_a_budget_never_loads_the_budget(mini_records, tmp_path):
             [sys.executable, "-c", _LOADED, *argv, *job, *more], cwd=REPO, capture_output=True, text=True
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads(proc.stdout.strip().splitlines()[-1].replace("'", '"'))
+        return json.loads(proc.stdout.strip().splitlines()[-1])
 
     plain = loaded("--train-steps", "10")
     assert "training" in plain and "budget" not in plain and not {"cloud", "tuning"} & set(plain), plain

@@ -137,7 +137,7 @@ def test_a_job_on_cloud_storage_through_tensorflows_own_client(gcs, mini_archive
         assert [picture["step"] for picture in pictures] == [20, 40]  # each run's last validation
 
 
-def test_the_front_answers_503_when_the_emulator_does_not_answer(tmp_path, capfd):
+def test_the_front_answers_503_when_the_emulator_does_not_answer(tmp_path, capfd, monkeypatch):
     """A request the emulator drops reaches TensorFlow's client as a 503, which it retries, not as an empty
     reply; the cause is written for server.log."""
     import http.client
@@ -148,7 +148,7 @@ def test_the_front_answers_503_when_the_emulator_does_not_answer(tmp_path, capfd
     silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers: the front's timeout ends the wait
     front = cloud_storage.TlsFront(silent.getsockname()[1], str(tmp_path / "ca.pem"), str(tmp_path / "ledger"))
     threading.Thread(target=front.serve_forever, daemon=True).start()
-    old, cloud_storage.EMULATOR_TIMEOUT = cloud_storage.EMULATOR_TIMEOUT, 0.5
+    monkeypatch.setattr(cloud_storage, "EMULATOR_TIMEOUT", 0.5)
     try:
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
         conn = http.client.HTTPSConnection("127.0.0.1", front.port, context=context, timeout=10)
@@ -158,6 +158,5 @@ def test_the_front_answers_503_when_the_emulator_does_not_answer(tmp_path, capfd
             response = conn.getresponse()
             assert (response.status, response.read()) == (503, b"")
     finally:
-        cloud_storage.EMULATOR_TIMEOUT = old
         silent.close()
     assert capfd.readouterr().err.count("front: GET /bucket/object: ") == 2  # a timeout, named by its Python

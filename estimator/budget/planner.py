@@ -23,7 +23,7 @@ How it works:
   (``progress``), not of the step: a re-plan at step ``s`` with progress
   ``p_s`` continues linearly from ``p_s`` to 1 at the new last step, so the
   rate stays continuous and still reaches zero at the end of the budget.
-  ``progress_tensor`` builds that in the graph from three local variables
+  ``schedules.progress_tensor`` builds that in the graph from three local variables
   that ``BudgetHook`` assigns.
 * ``JOB_DIR/budget.json`` records the budget, the time used, the progress and
   the re-plans. A job restarted on its job dir continues with what remains of
