@@ -37,12 +37,13 @@ WAYS = {
 FIRST_LOG_LINE = "INFO:tensorflow:"
 
 
-def timed_command(command) -> dict:
-    """One command: its wall seconds, the seconds to its first line starting with ``FIRST_LOG_LINE`` (stdout
-    and stderr together; None without one), and from its last line to its exit."""
+def timed_command(command, cwd=None) -> dict:
+    """One command (in ``cwd``): its wall seconds, the seconds to its first line starting with ``FIRST_LOG_LINE``
+    (stdout and stderr together; None without one), and from its last line to its exit."""
     start = time.monotonic()
     proc = subprocess.Popen(
         command,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -110,3 +110,17 @@ def test_the_gc_benchmark_times_a_commands_start_and_exit_and_refuses_a_failed_o
     assert gc_cost.timed_command([sys.executable, "-c", "print('no log line')"])["start_secs"] is None
     with pytest.raises(SystemExit, match="exited with 3: run it by hand to see why"):
         gc_cost.timed_command([sys.executable, "-c", "raise SystemExit(3)"])
+
+
+def test_the_job_cost_benchmark_alternates_two_checkouts_in_their_own_directories(tmp_path):
+    from benchmarks import job_cost
+
+    # Each "trainer" makes the job dir it was given (the last flag; it must be new) and writes where it ran.
+    script = "import os, sys; os.makedirs(sys.argv[-1]); open(sys.argv[-1] + '/cwd', 'w').write(os.getcwd())"
+    ways = {"this": ([sys.executable, "-c", script], None), "against": ([sys.executable, "-c", script], str(tmp_path))}
+    runs = job_cost.time_rounds(ways, ["--seed", "1"], str(tmp_path / "work"), rounds=2)
+    assert [len(rows) for rows in runs.values()] == [2, 2]  # a fresh job dir each time, or makedirs fails
+    assert open(tmp_path / "work" / "job" / "cwd").read() == str(tmp_path)  # the last: the other checkout's
+    table = job_cost.medians(runs)
+    assert sorted(table) == ["against", "this"] and sorted(table["this"]) == sorted(job_cost.KEYS)
+    assert table["this"]["start_secs"] is None  # no log line

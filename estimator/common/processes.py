@@ -22,6 +22,8 @@ import time
 _IMPORTED = time.monotonic()
 
 TRAINER_MODULE = "estimator.cifar10_main"
+# What the commands' imports leave out (``imports_uncollected``): 1 s of every command's start where installed.
+SKIPPED_IMPORTS = ("googleapiclient.discovery",)
 
 
 def trainer_command(flags) -> list:
@@ -87,12 +89,20 @@ def imports_uncollected():
     """A command's imports (TensorFlow's above all) without the garbage collector, their objects frozen after:
     the collections TensorFlow's import set off took 0.6 s of its 2.6-3.1 s, and later ones walked its
     objects again (0.5 s of a small job's 7.4 s; Zen 4). Its import leaves about 2,000 objects of garbage,
-    kept; frozen objects are freed as their references go, but never collected as a cycle."""
+    kept; frozen objects are freed as their references go, but never collected as a cycle.
+
+    Also without ``SKIPPED_IMPORTS`` while they run: TensorFlow's GCE cluster resolver, which no command
+    uses, imports Google's API client where it is installed (docs/speed.md)."""
     enabled = gc.isenabled()
     gc.disable()
+    skipped = [name for name in SKIPPED_IMPORTS if name not in sys.modules]
+    sys.modules.update(dict.fromkeys(skipped))  # None: an import of it raises ImportError
     try:
         yield
     finally:
+        for name in skipped:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]  # importable again for whoever needs it later
         gc.freeze()
         if enabled:
             gc.enable()

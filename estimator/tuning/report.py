@@ -78,16 +78,15 @@ def best_trial(study):
 
 def plot(path: str, table, study_spec: spec_lib.StudySpec) -> None:
     """The metric against each parameter (log axes for log scales) and the optimisation history."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import matplotlib.ticker
+
+    from estimator.reporting import pictures
 
     metric = study_spec.metric
     scored = [r for r in table if r[metric] is not None]
     panels = len(study_spec.params) + 1
-    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
+    fig = pictures.figure(figsize=(4.2 * panels, 3.6))
+    axes = fig.subplots(1, panels, squeeze=False)
     colours = {"COMPLETE": "tab:blue", "PRUNED": "tab:orange"}
     for ax, p in zip(axes[0], study_spec.params):
         xs = [r[p.name] for r in scored]
@@ -127,7 +126,6 @@ def plot(path: str, table, study_spec: spec_lib.StudySpec) -> None:
     history.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 def _safe_log(x):
