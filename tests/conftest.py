@@ -58,11 +58,7 @@ def pytest_collection_modifyitems(config, items):
     """``ONEDNN_MAX_CPU_ISA`` below AVX512_CORE_BF16 (``AVX2``: what an AVX2-only CPU does) leaves oneDNN no
     bf16 kernels, while TensorFlow 2.15, deciding from the CPU's flags, still asks for them and fails or
     aborts: tests that run bf16 kernels (``bf16_kernels``) cannot run there. On a real AVX2-only CPU they
-    run (emulated), so they are skipped only under the variable.
-
-    The slow tests go first (in their order): on two workers the long ones then overlap, and the fast ones
-    fill the end."""
-    items.sort(key=lambda item: "slow" not in item.keywords)
+    run (emulated), so they are skipped only under the variable."""
     from estimator.common import machine
 
     isa = machine.cpu_info()["isa"]

@@ -295,27 +295,3 @@ def test_a_best_export_of_a_checkpoint_gone_before_it_is_skipped(tmp_path):
     gone = str(tmp_path / "model.ckpt-50")
     assert exporter.export(None, None, gone, {"accuracy": 0.5, "global_step": 50}, False) is None
     assert exporter.best() is None and not glob.glob(str(tmp_path / "export" / "best" / "*"))
-
-
-def test_the_final_export_of_the_best_exports_checkpoint_is_a_copy_of_it(tmp_path):
-    """The same checkpoint makes the same SavedModel: copied, not built again (a file no export writes shows it);
-    of another checkpoint, built (a checkpoint that is not there fails to)."""
-    from estimator.serving import exporters
-    from tests.helpers import hp
-
-    job = hp(job_dir=str(tmp_path))
-    best = tmp_path / "export" / "best" / "100"
-    (best / "variables").mkdir(parents=True)
-    (best / "saved_model.pb").write_bytes(b"the best export")
-    (best / "variables" / "variables.index").write_bytes(b"its variables")
-    checkpoint = str(tmp_path / "model.ckpt-60")
-    record = {"accuracy": 0.5, "global_step": 60, "checkpoint": checkpoint, "export": str(best)}
-    (best.parent / exporters.BEST_RECORD).write_text(json.dumps(record))
-    final = exporters.export_final(job, checkpoint)
-    assert os.path.dirname(final) == str(tmp_path / "export" / "final")
-    assert open(os.path.join(final, "saved_model.pb"), "rb").read() == b"the best export"
-    assert open(os.path.join(final, "variables", "variables.index"), "rb").read() == b"its variables"
-    assert sorted(os.listdir(tmp_path / "export" / "final")) == [os.path.basename(final)]  # no copy left half-way
-    with pytest.raises(tf.errors.NotFoundError, match="model.ckpt-80"):
-        exporters.export_final(job, str(tmp_path / "model.ckpt-80"))
-    assert sorted(os.listdir(tmp_path / "export" / "final")) == [os.path.basename(final)]

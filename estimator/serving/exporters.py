@@ -35,31 +35,22 @@ def _keep_newest(base: str, keep: int) -> None:
 
 
 def export_final(hp, checkpoint_path: str) -> str:
-    """Exports ``checkpoint_path`` as ``JOB_DIR/export/final/<timestamp>``: where the best export is of the same
-    checkpoint, as a copy of it (the same SavedModel, not built again)."""
-    path = signatures.timestamped_dir(export_base(hp.job_dir, FINAL))
-    best = BestAccuracyExporter(hp).best()
-    if best and best["checkpoint"] == checkpoint_path and tf.io.gfile.exists(best["export"]):
-        _copy_tree(best["export"], path + ".tmp-copy")
-        tf.io.gfile.rename(path + ".tmp-copy", path)  # in place whole, as export_saved_model's
-    else:
-        signatures.export_saved_model(checkpoint_path, path, hp)
+    """Exports ``checkpoint_path`` as ``JOB_DIR/export/final/<timestamp>``."""
+    path = signatures.export_saved_model(
+        checkpoint_path, signatures.timestamped_dir(export_base(hp.job_dir, FINAL)), hp
+    )
     v1.logging.info("Exported the final model (%s) to %s", os.path.basename(checkpoint_path), path)
     return path
-
-
-def _copy_tree(source: str, target: str) -> None:
-    for directory, _, files in tf.io.gfile.walk(source):
-        into = os.path.join(target, os.path.relpath(directory, source))
-        tf.io.gfile.makedirs(into)
-        for name in files:
-            tf.io.gfile.copy(os.path.join(directory, name), os.path.join(into, name), overwrite=True)
 
 
 def copy_export(export_dir: str, model_dir: str) -> str:
     """Copies the SavedModel in ``export_dir`` to ``model_dir`` (its saved_model.pb at the top, where Vertex
     AI's model registry looks: ``gcloud ai models upload --artifact-uri``), replacing what a run before left."""
-    _copy_tree(export_dir, model_dir)
+    for directory, _, files in tf.io.gfile.walk(export_dir):
+        target = os.path.join(model_dir, os.path.relpath(directory, export_dir))
+        tf.io.gfile.makedirs(target)
+        for name in files:
+            tf.io.gfile.copy(os.path.join(directory, name), os.path.join(target, name), overwrite=True)
     v1.logging.info("Copied the final model to %s (Vertex AI's AIP_MODEL_DIR)", model_dir)
     return model_dir
 
