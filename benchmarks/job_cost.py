@@ -58,16 +58,7 @@ def main(argv=None) -> int:
         "this": ([sys.executable, *trainer], None),
         "against": ([os.path.join(against, ".venv", "bin", "python"), *trainer], against),
     }
-    flags = [
-        "--data-dir",
-        os.path.abspath(args.data_dir),
-        "--num-gpus",
-        "0",
-        "--num-layers",
-        "8",
-        "--train-batch-size",
-        "32",
-    ]
+    flags = ["--data-dir", os.path.abspath(args.data_dir)] + "--num-gpus 0 --num-layers 8 --train-batch-size 32".split()
     flags += ["--train-steps", str(args.train_steps), "--seed", "1"]
     runs = time_rounds(ways, flags, os.path.abspath(args.work_dir), args.rounds)
     table = medians(runs)

@@ -22,7 +22,7 @@ import time
 _IMPORTED = time.monotonic()
 
 TRAINER_MODULE = "estimator.cifar10_main"
-# What the commands' imports leave out (``imports_uncollected``): 1 s of every command's start where installed.
+# What the commands' imports leave out (``imports_uncollected``): no command uses them (docs/speed.md).
 SKIPPED_IMPORTS = ("googleapiclient.discovery",)
 
 

@@ -19,8 +19,8 @@ from estimator.data import records as fmt
 
 
 def figure(**options):
-    """A figure without pyplot, which needs no display and keeps no state (its import cost a job 0.4 s:
-    docs/speed.md)."""
+    """A figure without pyplot, which needs no display and keeps no state, and whose import a job skips
+    (docs/speed.md)."""
     from matplotlib.figure import Figure
 
     return Figure(**options)

@@ -7,6 +7,7 @@ import csv
 import os
 import shlex
 
+from estimator.reporting import pictures
 from estimator.tuning import spec as spec_lib
 
 TRIALS_CSV = "trials.csv"
@@ -79,8 +80,6 @@ def best_trial(study):
 def plot(path: str, table, study_spec: spec_lib.StudySpec) -> None:
     """The metric against each parameter (log axes for log scales) and the optimisation history."""
     import matplotlib.ticker
-
-    from estimator.reporting import pictures
 
     metric = study_spec.metric
     scored = [r for r in table if r[metric] is not None]
