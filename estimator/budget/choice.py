@@ -51,7 +51,7 @@ def _measure_and_choose(hp, cpu: dict, given: set):
     step_cost = hp.image_sizes.mean_cost(0.0, 1.0) if hp.image_sizes else 1.0
     if measure:
         for name in family.worth_timing(rates, hp.num_train_examples, training_secs, step_cost):
-            rates[name] = (_timed_training_rate(hp, cpu, name, precision)[0], family.TIMED)
+            rates[name] = (_timed_training_rate(hp, cpu, name, precision), family.TIMED)
     member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, training_secs, step_cost=step_cost)
     record["precision"] = str(precision)
     return member, record, probe, _chosen_speed(member.name, rates, reference_speed)
@@ -93,19 +93,14 @@ def _estimated_rates(hp, given: set, precision, reference_speed: dict, timed: bo
     return rates
 
 
-def _probe_hp(hp, name: str, precision):
-    """``_member_hp`` of member ``name`` at its probe batch (``family.probe_batch``)."""
-    batch = family.probe_batch(name, hp.train_batch_size)
-    return _member_hp(hp, family.member(name), precision).replace(train_batch_size=batch)
-
-
 def _timed_training_rate(hp, cpu: dict, name: str, precision):
-    """``(member name's training images/s, timed now)``: timed alone at its probe batch, or cached. Its
+    """Member ``name``'s training images/s: timed alone at its probe batch (``family.probe_batch``), or cached. Its
     evaluation is planned at the reference's ratio, as every member was compared (timed at the job's
     batches, members' own lay within 10% of it on the Zen 4 and 5), and timing it cost a first run 0.7-0.8 s
     more."""
-    speed, now = probes.timed_network_speed(_probe_hp(hp, name, precision), cpu=cpu, evaluate=False)
-    return speed["train"], now
+    member_hp = _member_hp(hp, family.member(name), precision)
+    member_hp = member_hp.replace(train_batch_size=family.probe_batch(name, hp.train_batch_size))
+    return probes.network_speed(member_hp, cpu=cpu, evaluate=False)["train"]
 
 
 def _chosen_speed(name: str, rates: dict, reference_speed: dict) -> dict:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy
+
 from estimator.common.options import Network, Precision, flag_name
 
 # The settings a member sets: its shape (given by hand, they narrow the family to the members of that
@@ -115,13 +117,8 @@ def expected_accuracy(name: str, epochs: float, table=None):
     points = sorted((table or TABLE).get(name, ()))
     if not points or epochs < points[0][0]:
         return None
-    if epochs >= points[-1][0]:
-        return points[-1][1]
-    for (e0, a0), (e1, a1) in zip(points, points[1:]):
-        if e0 <= epochs <= e1:
-            t = (math.log(epochs) - math.log(e0)) / (math.log(e1) - math.log(e0))
-            return a0 + t * (a1 - a0)
-    raise AssertionError("unreachable")
+    measured_epochs, accuracies = zip(*points)
+    return float(numpy.interp(math.log(epochs), numpy.log(measured_epochs), accuracies))
 
 
 def estimated_rate(name: str, reference_images_per_sec: float, precision) -> float:

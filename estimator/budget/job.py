@@ -49,22 +49,15 @@ def choice_lines(hp) -> list:
     """What ``--precision auto`` went by (its timings, or why nothing was timed) and ``--network auto``'s
     choice (hparams.json's ``network_choice``), one line a decision."""
     lines = []
-    if hp.precision_probe:
+    if hp.precision_probe is not None:
         timed = ", ".join("%s %.0f" % kv for kv in sorted(hp.precision_probe.items()))
-        lines.append("--precision auto: %s (%s img/s)" % (hp.precision, timed))
-    elif hp.precision_probe is not None:
-        lines.append("--precision auto: %s (%s)" % (hp.precision, probes.untimed_reason(hp)))
+        why = "%s img/s" % timed if timed else probes.untimed_reason(hp)
+        lines.append("--precision auto: %s (%s)" % (hp.precision, why))
     made = hp.network_choice
     if made:
         candidates = "; ".join(
-            "%s %.0f img/s (%s), %.1f epochs, %s"
-            % (
-                c["member"],
-                c["images_per_sec"],
-                c["speed"],
-                c["epochs"],
-                "expected %.2f%%" % (100 * c["expected_accuracy"]) if c["expected_accuracy"] else "not in the table",
-            )
+            "%(member)s %(images_per_sec).0f img/s (%(speed)s), %(epochs).1f epochs, " % c
+            + ("expected %.2f%%" % (100 * c["expected_accuracy"]) if c["expected_accuracy"] else "not in the table")
             for c in made.get("candidates", [])
         )
         kept = " (kept from the job's first run)" if made.get("kept_from_the_first_run") else ""
@@ -85,20 +78,14 @@ def make_planner(hp) -> planner_lib.Planner:
     probe = hp.precision_probe or {}
     guess = probe.get(hp.precision) or planner_lib.GUESS_IMAGES_PER_SEC
     speedup = planner_lib.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
-    probe_rate = None
-    if hp.speed_probe:
-        speed = hp.speed_probe
+    speed, probe_rate = hp.speed_probe, None
+    if speed:
         guess = speed["train"]
         if speed.get("how") == family.TIMED:
             probe_rate = speed["train"]  # one tower's batches: towers on the CPU share its cores
         logs.info(
-            "time budget: evaluation runs %.1fx training's images/s here (train %.0f, eval %.0f img/s, %s); "
-            "planning with %.1fx",
-            speed["eval"] / speed["train"],
-            speed["train"],
-            speed["eval"],
-            speed.get("how", family.TIMED),
-            speedup,
+            "time budget: train %.0f, eval %.0f img/s (%s); planning evaluation at %.1fx training's speed"
+            % (speed["train"], speed["eval"], speed.get("how", family.TIMED), speedup)
         )
     always, views = hp.evaluation_images()
     return planner_lib.Planner(
@@ -159,7 +146,6 @@ class BudgetedJob:
         """``(the optional test views kept, those dropped)``: the views that still fit the time left (the plan
         kept time for them)."""
         kept, dropped = self.planner.views_that_fit(self.planner.clock())
-        dropped = [v for v in dropped if v in dict(self.hp.evaluation_images()[1])]
         if dropped:
             logs.info("time budget: test evaluation without the %s view(s): they do not fit", " and ".join(dropped))
         return kept, dropped

@@ -158,12 +158,9 @@ class Planner:
         the end stays within ``FINAL_SHARE`` of the budget (``planned_views``), and at the end only those
         that still fit the time left (``views_that_fit``); ``final_images`` are always evaluated.
       step_cost: where steps differ in cost as training goes on (``--progressive-resize``), an object
-        with ``cost_at(progress)``, ``mean_cost(start, end)``, ``size_at(progress)``, ``changes()`` and
-        ``full`` (``schedules.ImageSizes``). Speeds are measured per image size (an interval at one
-        size); a size not yet measured is estimated from the measured ones, as time growing with the
-        side to the power that the two largest measured sides show (2, the pixels' share, while one is
-        measured). Plans spend the time left on the mix of sizes still to come. None: every step costs
-        the same.
+        with ``mean_cost(start, end)``, ``size_at(progress)`` and ``full`` (``schedules.ImageSizes``): a
+        step's time follows its pixels (docs/speed.md), so a measured speed is converted to full-size steps
+        and plans spend the time left on the mix of sizes still to come. None: every step costs the same.
       probe_images_per_sec: training images/s the start-up probe timed for this network
         (``HParams.speed_probe``), where it did: the end's reserve never assumes training
         slower than a third of it (``BURST_FACTOR``), so a burst of another process as the job starts
@@ -197,7 +194,6 @@ class Planner:
         self.training_ended = None  # (clock, seconds reserved for the end) when training ended
         self.setup_started = None  # when building the training graph began (``setup_begins``)
         self.setup_secs = None  # from then until the first step could run
-        self.size_secs = {}  # --progressive-resize: seconds per step measured at each image side
         self.recent_speeds = []  # (image sizes, full-size steps/s) of the last END_SPEED_INTERVALS intervals
         self.checkpoint_secs = 0.0  # what the last checkpoint took to save (``checkpoint_saved``)
         # The best full-size speed measured: the start-up probe's (timed on full-size images, the median
@@ -206,35 +202,10 @@ class Planner:
 
     # -- arithmetic ------------------------------------------------------------------------------
 
-    def secs_per_step(self, side: int) -> float:
-        """Seconds a training step at ``side`` pixels takes: measured, or estimated from the sizes measured
-        (``step_cost``), or from the full-size speed and the pixels' share."""
-        if side in self.size_secs:
-            return self.size_secs[side]
-        measured = sorted(self.size_secs)
-        if not measured:
-            return (side / self.step_cost.full) ** 2 / self.full_size_steps_per_sec
-        exponent = 2.0
-        if len(measured) >= 2:
-            a, b = measured[-2], measured[-1]
-            exponent = math.log(self.size_secs[b] / self.size_secs[a]) / math.log(b / a)
-        nearest = min(measured, key=lambda m: abs(m - side))
-        return self.size_secs[nearest] * (side / nearest) ** exponent
-
     def _mean_secs(self, start: float, end: float = 1.0) -> float:
-        """The mean seconds per step from progress ``start`` to ``end`` (a step function of the size)."""
-        if self.step_cost is None:
-            return 1.0 / self.full_size_steps_per_sec
-        start, end = max(0.0, start), min(1.0, end)
-        if end <= start:
-            return self.secs_per_step(self.step_cost.size_at(start))
-        points = list(self.step_cost.changes()) + [(1.0, None)]
-        total = 0.0
-        for (begin, side), (finish, _) in zip(points, points[1:]):
-            overlap = min(end, finish) - max(start, begin)
-            if overlap > 0:
-                total += overlap * self.secs_per_step(side)
-        return total / (end - start)
+        """The mean seconds per step from progress ``start`` to ``end``."""
+        cost = 1.0 if self.step_cost is None else self.step_cost.mean_cost(start, end)
+        return cost / self.full_size_steps_per_sec
 
     def _eval_secs(self, images: float) -> float:
         """Seconds to evaluate ``images`` at the current speed (evaluation sees full-size images): the
@@ -360,20 +331,11 @@ class Planner:
             start, end = self.plan.progress(before), self.plan.progress(step)
             cost = self.step_cost.mean_cost(start, end)
             sides = (self.step_cost.size_at(start), self.step_cost.size_at(end))
-            side = sides[0]
-            if side == sides[1]:  # all at one size: that size's speed
-                earlier = self.size_secs.get(side)
-                if earlier:  # the machine changed (another process, a core taken): every size with it
-                    drift = (1.0 / measured) / earlier
-                    self.size_secs = {s: secs * drift for s, secs in self.size_secs.items()}
-                self.size_secs[side] = 1.0 / measured
         self.full_size_steps_per_sec = measured * cost
-        if self.size_secs:
-            self.full_size_steps_per_sec = 1.0 / self.secs_per_step(self.step_cost.full)
         self.recent_speeds = (self.recent_speeds + [(sides, self.full_size_steps_per_sec)])[-END_SPEED_INTERVALS:]
-        # The end's floor rises only with a full-size speed measured, never with one estimated from smaller
+        # The end's floor rises only with a speed measured at full size, never with one converted from smaller
         # images, which can run ahead of what full-size steps get.
-        if self.step_cost is None or self.step_cost.full in self.size_secs:
+        if sides is None or sides == (self.step_cost.full,) * 2:
             self.best_full_size_steps_per_sec = max(self.best_full_size_steps_per_sec, self.full_size_steps_per_sec)
 
     def _replan(self, step: int, now: float, first: bool = False):
@@ -389,8 +351,6 @@ class Planner:
         replan = {"step": int(step), "steps_per_sec": round(self.steps_per_sec, 4), "planned_steps": int(total)}
         if self.step_cost is not None:
             replan["full_size_steps_per_sec"] = round(self.full_size_steps_per_sec, 4)
-            if self.size_secs:
-                replan["steps_per_sec_by_size"] = {str(s): round(1.0 / t, 4) for s, t in sorted(self.size_secs.items())}
         self.state.replans.append(replan)
         return self.plan
 

@@ -65,18 +65,13 @@ def network_code_digest(paths=None) -> str:
     return digest.hexdigest()[:12]
 
 
-def machine_key(cpu: dict) -> str:
-    """Where every cache key begins: this CPU and the TensorFlow version (all of this machine's figures)."""
-    import tensorflow as tf
-
-    return "%s|%s" % (cpu_key(cpu), tf.__version__)
-
-
 def cache_key(cpu: dict, hp) -> str:
     """This CPU, every setting that shapes the network (``options.network_shape``), and what else decides speed."""
     shape = [getattr(hp, name) for name in network_shape(hp)]
     speed = [hp.train_batch_size // len(hp.towers), hp.data_format, hp.num_intra_threads, hp.num_inter_threads]
-    return "|".join(str(v) for v in [machine_key(cpu)] + shape + speed + [network_code_digest()])
+    import tensorflow as tf
+
+    return "|".join(str(v) for v in [cpu_key(cpu), tf.__version__] + shape + speed + [network_code_digest()])
 
 
 def time_network(
@@ -126,48 +121,32 @@ def time_network(
 
 
 def network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True, evaluate=True) -> dict:
-    """``timed_network_speed``'s figures alone."""
-    return timed_network_speed(hp, cpu, timer, cache_file, measure, evaluate)[0]
-
-
-def timed_network_speed(hp, cpu=None, timer=None, cache_file=None, measure=True, evaluate=True):
-    """``(speeds, timed now)``: ``{"train": images/s, "eval": images/s}`` of ``hp``'s network in ``hp.precision`` on
-    this CPU: timed once (``time_network``, a few seconds) and cached per CPU, network, batch sizes and TensorFlow
-    version in ``hp.probe_cache``. What ``--network auto`` compares the family's members by, and what
-    ``--time-budget`` plans with: the evaluation's ratio to training (which differs between CPUs, networks and
-    precisions: docs/speed.md) decides the end's reserve. ``measure`` False: only what is cached (None where nothing
-    is). ``evaluate`` False: ``{"train": images/s}``, from the whole entry where one is cached, else timed alone and
-    cached apart. ``timed now``: not from the cache (a first timing, which a doubt may have timed again)."""
+    """``{"train": images/s, "eval": images/s}`` of ``hp``'s network in ``hp.precision`` on this CPU: timed once
+    (``time_network``, a few seconds) and cached per CPU, network, batch sizes and TensorFlow version in
+    ``hp.probe_cache``. What ``--network auto`` compares the family's members by, and what ``--time-budget``
+    plans with: the evaluation's ratio to training (which differs between CPUs, networks and precisions:
+    docs/speed.md) decides the end's reserve. ``measure`` False: only what is cached (None where nothing is).
+    ``evaluate`` False: ``{"train": images/s}``, from the whole entry where one is cached, else timed alone and
+    cached apart."""
     cpu = cpu or cpu_info()
     path = cache_file or cache_path(CACHE_FILE, hp.probe_cache)
-    key = _speed_key(cpu, hp)
+    key = "|".join((cache_key(cpu, hp), str(hp.precision), str(hp.eval_batch_size // len(hp.towers))))
     timer = timer or time_network  # looked up as it runs: the tests' simulated CPU replaces it
-    whole, timed = cached_probe(
+    whole, _ = cached_probe(
         path, key, ("train", "eval"), (lambda: timer(hp, hp.precision)) if measure and evaluate else None
     )
     if whole or evaluate:
-        return (whole if evaluate else {"train": whole["train"]}), timed
+        return whole if evaluate else {"train": whole["train"]}
     train_only = (lambda: timer(hp, hp.precision, max_secs=ALONE_PROBE_SECS, evaluate=False)) if measure else None
-    return cached_probe(path, key + "|train", ("train",), train_only)
-
-
-def _speed_key(cpu: dict, hp) -> str:
-    return "|".join((cache_key(cpu, hp), str(hp.precision), str(hp.eval_batch_size // len(hp.towers))))
-
-
-def _untimed_choice(hp):
-    return UNTIMED_CHOICE.get(hp.network, Precision.FP32)
+    return cached_probe(path, key + "|train", ("train",), train_only)[0]
 
 
 def untimed_reason(hp, cpu=None) -> str:
     """Why ``--precision auto`` chose without timing (``choose`` gave an empty probe), for the log."""
     if not native_bf16(cpu or cpu_info()):
         return "this CPU lacks native bf16"
-    return "not timed in a budget under %s; %s by estimate for the %s network" % (
-        durations.format_clock(PROBED_BUDGET_SECS),
-        _untimed_choice(hp),
-        hp.network,
-    )
+    budget = durations.format_clock(PROBED_BUDGET_SECS)
+    return "not timed in a budget under %s; by estimate for the %s network" % (budget, hp.network)
 
 
 def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
@@ -186,10 +165,9 @@ def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
         return "fp32", {}
     fp32_batch = min(hp.train_batch_size, PRECISION_PROBE_BATCH * len(hp.towers))
     probed = {"fp32": hp.replace(precision="fp32", train_batch_size=fp32_batch), "bf16": hp.replace(precision="bf16")}
-    timed = {p: timed_network_speed(probed[p], cpu, timer, cache_file, measure, p == "bf16") for p in CANDIDATES}
-    speeds = {p: speed for p, (speed, _) in timed.items()}
+    speeds = {p: network_speed(probed[p], cpu, timer, cache_file, measure, p == "bf16") for p in CANDIDATES}
     if None in speeds.values():
-        return _untimed_choice(hp), {}
+        return UNTIMED_CHOICE.get(hp.network, Precision.FP32), {}
     probe = {p: speed["train"] for p, speed in speeds.items()}
     return max(CANDIDATES, key=lambda p: probe[p]), probe
 
