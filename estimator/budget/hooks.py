@@ -12,6 +12,18 @@ from estimator.training.schedules import plan_loader
 v1 = tf.compat.v1
 
 
+def _plan_line(planner: Planner, step: int, plan: Plan, old: Plan) -> str:
+    """The log's line for a new plan."""
+    return "time budget: %s at step %d: %.2f steps/s, %d steps in all (was %d), %s left" % (
+        "planned" if len(planner.state.replans) == 1 else "re-planned",
+        step,
+        planner.steps_per_sec,
+        plan.total_steps,
+        old.total_steps,
+        durations.format_clock(planner.remaining_secs(planner.clock())),
+    )
+
+
 class BudgetHook(v1.train.SessionRunHook):
     """Runs ``planner`` beside training: loads each plan into the graph (``schedules.progress_tensor``), stops training
     when the plan is done or the time for training is up, and keeps ``JOB_DIR/budget.json`` current."""
@@ -46,17 +58,7 @@ class BudgetHook(v1.train.SessionRunHook):
         plan = planner.after_step(step)
         if plan is not None:
             self._load(run_context.session, plan)
-            self._log(
-                "time budget: %s at step %d: %.2f steps/s, %d steps in all (was %d), %s left"
-                % (
-                    "planned" if len(planner.state.replans) == 1 else "re-planned",
-                    step,
-                    planner.steps_per_sec,
-                    plan.total_steps,
-                    old.total_steps,
-                    durations.format_clock(planner.remaining_secs(planner.clock())),
-                )
-            )
+            self._log(_plan_line(planner, step, plan, old))
             self._save(step)
         if planner.should_stop(step):
             if planner.stopped_early:

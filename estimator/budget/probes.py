@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
+import tensorflow as tf
+
 from estimator.budget import family
 from estimator.common import durations, tensor_names
 from estimator.common.machine import cache_path, cached_probe, cpu_info, cpu_key, native_bf16, seconds_per_run
@@ -69,8 +72,6 @@ def cache_key(cpu: dict, hp) -> str:
     """This CPU, every setting that shapes the network (``options.network_shape``), and what else decides speed."""
     shape = [getattr(hp, name) for name in network_shape(hp)]
     speed = [hp.train_batch_size // len(hp.towers), hp.data_format, hp.num_intra_threads, hp.num_inter_threads]
-    import tensorflow as tf
-
     return "|".join(str(v) for v in [cpu_key(cpu), tf.__version__] + shape + speed + [network_code_digest()])
 
 
@@ -88,9 +89,6 @@ def time_network(
     update; ``image_size`` pixels a side; bf16 filter gradients as the job will plan them), then its
     inference batches (forward with the moving batch-norm statistics, at the evaluation batch size, as
     the evaluations run it). ``evaluate`` False: ``{"train": images/s}`` alone (no inference graph)."""
-    import numpy as np
-    import tensorflow as tf
-
     v1 = tf.compat.v1
     batch, eval_batch = (size // len(hp.towers) for size in (hp.train_batch_size, hp.eval_batch_size))
     random = np.random.RandomState(0)
