@@ -271,10 +271,10 @@ def test_the_ends_reserve_keeps_three_times_what_a_checkpoint_took_to_save():
     run_steps(p, clock, 1, 70, 8.0, [])
     assert time_budget.CHECKPOINT_WRITES_AT_END == 3.0 and p.checkpoint_secs == 0.0
     assert p.final_secs() == pytest.approx(10.0 + 12.5) and p.training_deadline() == pytest.approx(77.5)
-    p.checkpoint_saved(2.0)
+    p.checkpoint_secs = 2.0
     assert p.fixed_secs() == pytest.approx(16.0) and p.final_secs() == pytest.approx(16.0 + 12.5)
     assert p.training_deadline() == pytest.approx(71.5)
-    p.checkpoint_saved(0.5)  # the last save counts: a job dir that got faster gives the time back
+    p.checkpoint_secs = 0.5  # the last save counts: a job dir that got faster gives the time back
     assert p.training_deadline() == pytest.approx(76.0)
     # A view that fits a local disk's end does not fit one that writes to slow storage.
     views = [("flip", 10000)]
@@ -282,7 +282,7 @@ def test_the_ends_reserve_keeps_three_times_what_a_checkpoint_took_to_save():
     fast.begin(0)
     run_steps(fast, fast.clock, 1, 70, 8.0, [])
     assert fast.planned_views() == ["flip"]  # 5.5 s and 3.125 s for each 10,000 images: 11.75 s of the 15 s share
-    fast.checkpoint_saved(2.65)
+    fast.checkpoint_secs = 2.65
     assert fast.planned_views() == []  # 7.95 s more: 19.7 s, past it
 
 

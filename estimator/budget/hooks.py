@@ -74,7 +74,7 @@ class BudgetHook(v1.train.SessionRunHook):
 
 
 class CheckpointTimer(tf.estimator.CheckpointSaverListener):
-    """Tells ``planner`` what each checkpoint took to save (``Planner.checkpoint_saved``), and logs the first
+    """Tells ``planner`` what each checkpoint took to save (``Planner.checkpoint_secs``), and logs the first
     when it makes the end's reserve a second longer or more."""
 
     def __init__(self, planner: Planner, log):
@@ -86,7 +86,7 @@ class CheckpointTimer(tf.estimator.CheckpointSaverListener):
     def after_save(self, session, global_step_value):
         planner = self._planner
         first = planner.checkpoint_secs == 0.0
-        planner.checkpoint_saved(planner.clock() - self._began)
+        planner.checkpoint_secs = planner.clock() - self._began
         if first and CHECKPOINT_WRITES_AT_END * planner.checkpoint_secs >= 1.0:
             self._log(
                 "time budget: a checkpoint took %.1f s to save; the end keeps %.1f s for its writes"

@@ -140,7 +140,7 @@ class BudgetedJob:
         return True
 
     def training_begins(self) -> None:
-        self.planner.setup_begins()
+        self.planner.setup_started = self.planner.clock()
 
     def test_views(self):
         """``(the optional test views kept, those dropped)``: the views that still fit the time left (the plan
@@ -165,10 +165,8 @@ class BudgetedJob:
         )
         if planner.training_ended is not None:
             ended, reserved = planner.training_ended
-            record.update(final_secs_reserved=round(reserved, 2), final_secs=round(time.monotonic() - ended, 2))
-            record["final_test_eval_setup_secs"] = round(test_eval_secs[0], 2)
-            record["final_test_eval_secs"] = round(test_eval_secs[1], 2)
-            if planner.setup_secs is not None:
-                record["training_setup_secs"] = round(planner.setup_secs, 2)
-            record["checkpoint_save_secs"] = round(planner.checkpoint_secs, 2)
+            secs = dict(final_secs_reserved=reserved, final_secs=time.monotonic() - ended)
+            secs.update(final_test_eval_setup_secs=test_eval_secs[0], final_test_eval_secs=test_eval_secs[1])
+            secs.update(training_setup_secs=planner.setup_secs, checkpoint_save_secs=planner.checkpoint_secs)
+            record.update((k, round(v, 2)) for k, v in secs.items() if v is not None)
         return record

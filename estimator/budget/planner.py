@@ -192,10 +192,12 @@ class Planner:
         self._last_check = None
         self.stopped_early = False
         self.training_ended = None  # (clock, seconds reserved for the end) when training ended
-        self.setup_started = None  # when building the training graph began (``setup_begins``)
+        self.setup_started = None  # when building the training graph began: ``begin`` measures the set-up
         self.setup_secs = None  # from then until the first step could run
         self.recent_speeds = []  # (image sizes, full-size steps/s) of the last END_SPEED_INTERVALS intervals
-        self.checkpoint_secs = 0.0  # what the last checkpoint took to save (``checkpoint_saved``)
+        # What the last checkpoint took to save: the end keeps time to write as much again
+        # (``CHECKPOINT_WRITES_AT_END``), wherever the job dir is.
+        self.checkpoint_secs = 0.0
         # The best full-size speed measured: the start-up probe's (timed on full-size images, the median
         # run, cached from a quiet moment) until training measures better.
         self.best_full_size_steps_per_sec = (self.probe_images_per_sec or 0.0) / self.images_per_step
@@ -219,11 +221,6 @@ class Planner:
         full_steps_per_sec = max(full_steps_per_sec, self.best_full_size_steps_per_sec / BURST_FACTOR)
         eval_rate = self.eval_speedup * full_steps_per_sec * self.images_per_step
         return images / max(eval_rate, 1e-9)
-
-    def checkpoint_saved(self, secs: float) -> None:
-        """A checkpoint of this run took ``secs`` to save: the end's reserve keeps time to write as much again
-        (``CHECKPOINT_WRITES_AT_END``), wherever the job dir is."""
-        self.checkpoint_secs = secs
 
     def fixed_secs(self) -> float:
         """What the end costs besides evaluating images: the fixed reserve and the writes of the job dir."""
@@ -280,10 +277,6 @@ class Planner:
         return self.deadline - now
 
     # -- the run ---------------------------------------------------------------------------------
-
-    def setup_begins(self) -> None:
-        """Called as training's graph starts to be built: ``begin`` then measures the set-up."""
-        self.setup_started = self.clock()
 
     def begin(self, step: int) -> Plan:
         """The provisional plan from the guessed speed, continuing the progress of an earlier run."""
