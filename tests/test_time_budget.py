@@ -262,8 +262,8 @@ def test_evaluation_images_are_reserved_at_the_measured_speed():
 
 
 def test_the_ends_reserve_keeps_three_times_what_a_checkpoint_took_to_save():
-    """A job dir on gs:// saves slowly (its first checkpoint 2.65 s on the emulator, against 0.06 s on a
-    local disk), and the end writes the last checkpoint and the export: 3 times the last save more is kept,
+    """A job dir on gs:// saves slowly (seconds, against 0.06 s on a local disk), and the end writes the last
+    checkpoint and the export: 3 times the last save more is kept,
     training's deadline moving as much earlier, and the views re-checked against it."""
     clock = Clock()
     p = planner(clock, budget=100.0, final_images=40000, fixed=10.0)
