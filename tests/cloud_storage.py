@@ -229,8 +229,8 @@ def serve(directory: str) -> None:
     _accept_empty_uploads(server)
     # The emulator serves one connection at a time: one that stalls must not hold every other request.
     server.RequestHandler.timeout = EMULATOR_TIMEOUT / 2
-    # Its answers go out as several writes (unbuffered): with Nagle's algorithm each waited 40 ms on the front's
-    # delayed acknowledgement, a quarter of a job's 800 requests (docs/speed.md).
+    # Its answers go out as several unbuffered writes: with Nagle's algorithm, each answer's last write waited
+    # for the front's delayed acknowledgement (40 ms, a quarter of a job's ~800 requests).
     server.RequestHandler.disable_nagle_algorithm = True
     emulator_port = free_port()
     emulator = server.create_server("127.0.0.1", emulator_port, in_memory=True)
