@@ -231,20 +231,11 @@ def test_a_signal_saves_the_step_reached_and_the_same_command_resumes(mini_recor
 def test_faults_at_every_stage_are_survived(mini_records, tmp_path):
     """SIGTERM, SIGINT and SIGKILL during training, a checkpoint save, the final evaluation and the exports
     (benchmarks.faults; docs/faults.md has the table of a run)."""
-    # Four of the benchmark's eight (the signal test above covers SIGTERM and SIGINT mid-training):
-    # CI's time; python -m benchmarks.faults runs all eight.
-    chosen = [
-        f
-        for f in faults.FAULTS
-        if f[0]
-        in (
-            "SIGKILL during training",
-            "SIGTERM during a checkpoint save",
-            "SIGTERM during the final evaluation",
-            "SIGKILL during the exports",
-        )
-    ]
-    assert len(chosen) == 4
+    # Three of the benchmark's eight (the signal test above covers SIGTERM and SIGINT mid-training, test_cluster's
+    # killed master SIGKILL mid-training): CI's time; python -m benchmarks.faults runs all eight.
+    names = ("SIGTERM during a checkpoint save", "SIGTERM during the final evaluation", "SIGKILL during the exports")
+    chosen = [f for f in faults.FAULTS if f[0] in names]
+    assert len(chosen) == 3
     rows = faults.run_matrix(mini_records, str(tmp_path), chosen)
     for row in rows:
         assert row["survived"], row
