@@ -79,9 +79,7 @@ def _estimated_rates(hp, given: set, precision, reference_speed: dict, timed: bo
     """``{member: (training images/s, how it was had)}`` for the candidates (a shape given by hand narrows
     the family): the reference's as timed (``timed``: else assumed), the others' estimated from it
     (``family.estimated_rate``)."""
-    estimated = family.ESTIMATED
-    if not timed:
-        estimated += ", " + family.ASSUMED
+    estimated = family.ESTIMATED if timed else family.ESTIMATED + ", " + family.ASSUMED
     rates = {}
     for m in family.MEMBERS:
         if any(getattr(m, name) != getattr(hp, name) for name in family.SHAPE if name in given):

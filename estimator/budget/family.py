@@ -140,11 +140,6 @@ def probe_batch(name: str, batch: int) -> int:
     return batch
 
 
-def training_epochs(train_secs: float, images_per_sec: float, num_train_examples: int, step_cost=1.0) -> float:
-    """Epochs a member training at ``images_per_sec`` (full-size steps) affords in ``train_secs``."""
-    return train_secs * images_per_sec / step_cost / num_train_examples
-
-
 def worth_timing(rates, num_train_examples, training_secs, step_cost=1.0, table=None) -> list:
     """The members whose speed is estimated (``rates``, as ``choose`` takes them) and that could still be
     the most accurate, or lose that place, if their speed were anywhere within ``ESTIMATE_SPREAD`` of the
@@ -153,7 +148,7 @@ def worth_timing(rates, num_train_examples, training_secs, step_cost=1.0, table=
     seconds (36 s for airbench94 on an AVX2-only EPYC) and change nothing."""
 
     def accuracy(rate):
-        epochs = training_epochs(training_secs(rate), rate, num_train_examples, step_cost)
+        epochs = training_secs(rate) * rate / step_cost / num_train_examples
         value = expected_accuracy(name, epochs, table)
         return -1.0 if value is None else value
 
@@ -192,7 +187,7 @@ def choose(budget_secs, rates, num_train_examples, training_secs, step_cost=1.0,
             continue
         rate, how = rates[m.name]
         train_secs = training_secs(rate)
-        epochs = training_epochs(train_secs, rate, num_train_examples, step_cost)
+        epochs = train_secs * rate / step_cost / num_train_examples
         expected = expected_accuracy(m.name, epochs, table)
         candidates.append(
             {

@@ -20,7 +20,7 @@ def _plan_line(planner: Planner, step: int, plan: Plan, old: Plan) -> str:
         planner.steps_per_sec,
         plan.total_steps,
         old.total_steps,
-        durations.format_clock(planner.remaining_secs(planner.clock())),
+        durations.format_clock(planner.deadline - planner.clock()),
     )
 
 

@@ -65,50 +65,44 @@ def choice_lines(hp) -> list:
     return lines
 
 
-def make_planner(hp) -> planner_lib.Planner:
-    """The time-budget planner, continuing what earlier runs of the job used (JOB_DIR/budget.json)."""
-    state = planner_lib.BudgetState.load(hp.job_dir, hp.time_budget)
-    if state.used_secs:
-        logs.info(
-            "time budget: %s of %s used by earlier runs of this job; continuing at progress %.3f",
-            durations.format_clock(state.used_secs),
-            durations.format_clock(hp.time_budget),
-            state.progress,
-        )
-    probe = hp.precision_probe or {}
-    guess = probe.get(hp.precision) or planner_lib.GUESS_IMAGES_PER_SEC
-    speedup = planner_lib.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
-    speed, probe_rate = hp.speed_probe, None
-    if speed:
-        guess = speed["train"]
-        if speed.get("how") == family.TIMED:
-            probe_rate = speed["train"]  # one tower's batches: towers on the CPU share its cores
-        logs.info(
-            "time budget: train %.0f, eval %.0f img/s (%s); planning evaluation at %.1fx training's speed"
-            % (speed["train"], speed["eval"], speed.get("how", family.TIMED), speedup)
-        )
-    always, views = hp.evaluation_images()
-    return planner_lib.Planner(
-        hp.time_budget,
-        processes.started_at(),
-        state,
-        hp.global_batch_size,
-        always,
-        guess_images_per_sec=guess,
-        eval_speedup=speedup,
-        step_cost=hp.image_sizes,
-        optional_views=tuple(views),
-        probe_images_per_sec=probe_rate,
-    )
-
-
 class BudgetedJob:
     """What ``estimator.train.run`` asks of a job with ``--time-budget``: the planner, continued from the job's
-    earlier runs, and what runs it beside training and after it."""
+    earlier runs (JOB_DIR/budget.json), and what runs it beside training and after it."""
 
     def __init__(self, hp):
         self.hp = hp
-        self.planner = make_planner(hp)
+        state = planner_lib.BudgetState.load(hp.job_dir, hp.time_budget)
+        if state.used_secs:
+            logs.info(
+                "time budget: %s of %s used by earlier runs of this job; continuing at progress %.3f",
+                durations.format_clock(state.used_secs),
+                durations.format_clock(hp.time_budget),
+                state.progress,
+            )
+        guess = (hp.precision_probe or {}).get(hp.precision) or planner_lib.GUESS_IMAGES_PER_SEC
+        speedup = planner_lib.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
+        speed, probe_rate = hp.speed_probe, None
+        if speed:
+            guess = speed["train"]
+            if speed.get("how") == family.TIMED:
+                probe_rate = speed["train"]  # one tower's batches: towers on the CPU share its cores
+            logs.info(
+                "time budget: train %.0f, eval %.0f img/s (%s); planning evaluation at %.1fx training's speed"
+                % (speed["train"], speed["eval"], speed.get("how", family.TIMED), speedup)
+            )
+        always, views = hp.evaluation_images()
+        self.planner = planner_lib.Planner(
+            hp.time_budget,
+            processes.started_at(),
+            state,
+            hp.global_batch_size,
+            always,
+            guess_images_per_sec=guess,
+            eval_speedup=speedup,
+            step_cost=hp.image_sizes,
+            optional_views=tuple(views),
+            probe_images_per_sec=probe_rate,
+        )
 
     def progress_hook(self) -> training_hooks.ProgressHook:
         """The progress line, its total the current plan and its end the budget left."""
@@ -117,7 +111,7 @@ class BudgetedJob:
             lambda: planner.plan.total_steps if planner.plan else 0,
             self.hp.train_batch_size,
             every_n_steps=self.hp.log_every_n_steps,
-            budget_left=lambda: planner.remaining_secs(planner.clock()),
+            budget_left=lambda: planner.deadline - planner.clock(),
         )
 
     def train_hooks(self) -> list:
@@ -134,7 +128,7 @@ class BudgetedJob:
         logs.info(
             "time budget: nothing left to train (progress %.3f, %s left); evaluating step %s",
             planner.state.progress,
-            durations.format_clock(planner.remaining_secs(planner.clock())),
+            durations.format_clock(planner.deadline - planner.clock()),
             planner.state.step,
         )
         return True

@@ -41,6 +41,8 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
+from estimator.common import storage
+
 BUDGET_FILE = "budget.json"
 
 # The figures behind these constants, with command, CPU and date: docs/speed.md, "What the budget's constants
@@ -129,8 +131,6 @@ class BudgetState:
     def load(cls, job_dir: str, budget_secs: float) -> BudgetState:
         """What earlier runs of the job in ``job_dir`` recorded (``BUDGET_FILE``), under this run's budget;
         a fresh state for a new job."""
-        from estimator.common import storage
-
         path = storage.join(job_dir, BUDGET_FILE)
         if not storage.exists(path):
             return cls(budget_secs)
@@ -247,7 +247,7 @@ class Planner:
         planned = [v for v in self.optional_views if v[0] in self.planned_views()]
         # Training ends with the step that crosses its deadline, up to a step into the reserve: that alone
         # must not drop a view the plan kept time for (the evaluation's own margin is as long).
-        limit = self.remaining_secs(now) + max(END_TOLERANCE_SECS, 1.0 / self.steps_per_sec)
+        limit = self.deadline - now + max(END_TOLERANCE_SECS, 1.0 / self.steps_per_sec)
         if self.training_ended is not None:
             # What of the end's fixed costs was paid since training ended (its last checkpoint, the final
             # export) is not counted again.
@@ -272,9 +272,6 @@ class Planner:
         # their number.
         progress = self.plan.progress(step) if self.plan else self.state.progress
         return int(step + math.floor(left / self._mean_secs(progress, 1.0)))
-
-    def remaining_secs(self, now: float) -> float:
-        return self.deadline - now
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -353,12 +350,9 @@ class Planner:
 
     def should_stop(self, step: int) -> bool:
         """True once the plan is done, or when the training deadline has come anyway."""
-        if step >= self.plan.total_steps:
-            return True
-        if self.clock() >= self.training_deadline():
+        if step < self.plan.total_steps and self.clock() >= self.training_deadline():
             self.stopped_early = True
-            return True
-        return False
+        return step >= self.plan.total_steps or self.stopped_early
 
     def end_training(self) -> None:
         """Notes when training ended and what the planner had kept for what follows (results.json
