@@ -12,9 +12,9 @@ import yaml
 
 from tests.helpers import REPO
 
-# ResNet-8, 16 steps of batch 32: each trial is a real training run of a few seconds.
+# ResNet-8 at half width, 16 steps of batch 32: each trial is a real training run of a few seconds.
 TRAINER = (
-    "--num-gpus 0 --num-layers 8 --train-steps 16 --train-batch-size 32 "
+    "--num-gpus 0 --num-layers 8 --width-multiplier 0.5 --train-steps 16 --train-batch-size 32 "
     "--eval-batch-size 339 --batch-norm-decay 0.9 --log-every-n-steps 8 --seed 1 --export false"
 ).split()
 
