@@ -94,6 +94,8 @@ def test_sync_cluster_finishes_without_hanging(mini_records, tmp_path):
     results = json.load(open(os.path.join(job, "results.json")))
     assert results["global_step"] == 40
     assert "SyncReplicasV2: replicas_to_aggregate=2" in cluster.task("master").log()
+    # The first update waited for the worker, which the Estimator starts 5 s late: it trained from step 1.
+    assert re.search(r"step 1/40 ", cluster.task("worker").log())
     hp = json.load(open(os.path.join(job, "hparams.json")))
     assert hp["hparams"]["num_workers"] == 2 and hp["hparams"]["sync"] is True
     # One global step is one update from both workers' batches: 4068 // (32 * 2) = 63 steps/epoch.

@@ -248,13 +248,17 @@ class SyncReplicasHook(v1.train.SessionRunHook):
     otherwise takes 11 s); the Estimator offers no way to shorten that grace.
     Here the runner is a daemon thread that reports errors to the coordinator
     but does not hold up its join; closing the session cancels its blocked step.
+
+    Start: the stock hook gives the chief a token per worker before the first update, so a chief that
+    starts first (the Estimator holds workers back 5 s) trains alone, each update two of its own batches,
+    and may finish before a worker joins. Here it gets none (no init-tokens op): the first update waits
+    for every worker.
     """
 
-    def __init__(self, optimizer, is_chief: bool, num_workers: int, num_tokens: int = -1):
+    def __init__(self, optimizer, is_chief: bool, num_workers: int):
         self._optimizer = optimizer
         self._is_chief = is_chief
         self._num_workers = num_workers
-        self._num_tokens = num_tokens
 
     def begin(self):
         opt = self._optimizer
@@ -262,12 +266,11 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         if self._is_chief:
             self._local_init_op = opt.chief_init_op
             self._sync_op = opt.get_chief_queue_runner().enqueue_ops[0]
-            self._init_tokens_op = opt.get_init_tokens_op(self._num_tokens)
             # A token for every worker that may be waiting when training ends.
             self._release_op = opt.get_init_tokens_op(self._num_workers)
         else:
             self._local_init_op = opt.local_step_init_op
-            self._sync_op = self._init_tokens_op = self._release_op = None
+            self._sync_op = self._release_op = None
 
     def end(self, session):
         if self._release_op is not None:
@@ -278,8 +281,6 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         if not_ready.size:
             raise RuntimeError("SyncReplicasOptimizer: model not ready for local init: %s" % not_ready)
         session.run(self._local_init_op)
-        if self._init_tokens_op is not None:
-            session.run(self._init_tokens_op)
         if self._sync_op is not None:
 
             def aggregate():
