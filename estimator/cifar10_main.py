@@ -8,6 +8,7 @@ auto choice) and hands over to ``estimator.train.run``.
 
 import os
 import sys
+import traceback
 
 from estimator.common import logs, processes
 
@@ -106,8 +107,6 @@ def _run(hp, argv) -> int:
         if failure is None:
             raise
         if hp.verbose:
-            import traceback
-
             traceback.print_exc()
         failures.remove_partial_files(hp.job_dir)
         print("error: %s" % failure, file=sys.stderr)

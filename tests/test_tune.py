@@ -266,6 +266,19 @@ def test_unknown_hyperparameters_field_is_refused(tmp_path, mini_records, capsys
     assert rc == 2 and "unknown field maxTrial" in err
 
 
+def test_a_study_without_optuna_says_which_extra_to_install(mini_records, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # what an install without the [tune] extra imports
+    import estimator.tuning
+
+    monkeypatch.delitem(sys.modules, "estimator.tuning.study", raising=False)
+    monkeypatch.delattr(estimator.tuning, "study", raising=False)  # as if never imported in this process
+    config = write_config(tmp_path / "hp.yaml", params=[LEARNING_RATE_PARAM])
+    rc, _, err = tune_in_process(capsys, config, str(tmp_path / "study"), mini_records)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "a local study needs Optuna" in err and "pip install 'cifar10-resnet-estimator[tune]'" in err
+    assert not os.path.exists(str(tmp_path / "study"))
+
+
 @pytest.mark.slow
 def test_parallel_trials_share_the_cores(mini_records, tmp_path):
     config = write_config(

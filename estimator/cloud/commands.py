@@ -25,7 +25,7 @@ import tempfile
 import yaml
 
 from estimator.budget import family
-from estimator.cloud import vertex_job, vertex_study
+from estimator.cloud import rehearsal, vertex_job, vertex_study
 from estimator.common import durations, processes
 from estimator.common.options import Network
 from estimator.training import recipes
@@ -192,7 +192,7 @@ def _job_config(kind: str, args, trainer_flags):
     notes = [cluster_note] if cluster_note else []
     if kind == "custom-job":
         return vertex_job.custom_job_spec(machines, trainer_flags, options), options, notes
-    from estimator.training import flags
+    from estimator.training import flags  # TensorFlow: here, so that --help and a refused config answer at once
 
     if "resumePreviousJobId" in (training_input.get("hyperparameters") or {}):
         raise spec_lib.SpecError(
@@ -262,7 +262,6 @@ def _local_run_parser() -> argparse.ArgumentParser:
 
 def local_run(argv) -> int:
     args = _local_run_parser().parse_args(argv)
-    from estimator.cloud import rehearsal
 
     def run(config):
         images, mapping = _pairs(args.image, "--image"), _pairs(args.map, "--map")
@@ -320,7 +319,6 @@ def _best_args_parser() -> argparse.ArgumentParser:
 
 def best_args(argv) -> int:
     args = _best_args_parser().parse_args(argv)
-    from estimator.cloud import rehearsal
 
     def read(config):
         if not isinstance(config, dict) or "trialJobSpec" not in config:

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -165,8 +166,6 @@ def _install_packages(sdists, python, work_dir) -> str:
     """Installs the job's packages with PYTHON as the executor image does (pip, no dependencies: the image
     has them) into a directory of the rehearsal's own; returns it. The package's source tree is not on that
     path."""
-    import subprocess
-
     site = os.path.join(work_dir, "site-packages")
     proc = subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", site, *sdists],

@@ -11,7 +11,9 @@ strings. Command line: ``python -m estimator.vertex custom-job``.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
 import re
 import shlex
 from dataclasses import dataclass
@@ -460,10 +462,7 @@ def parse_trainer_flags(args, cluster: Cluster, gpus_visible: int):
     Raises:
       SpecError: the trainer's own message.
     """
-    import contextlib
-    import io
-
-    from estimator.training import flags
+    from estimator.training import flags  # TensorFlow: here, so that --help and a refused config answer at once
 
     errors = io.StringIO()
     try:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
+import time
 from dataclasses import dataclass, field
 
 ROLES = ("chief", "master", "worker", "ps", "evaluator")
@@ -208,9 +210,6 @@ def wait_for_parameter_servers(cluster: Cluster, timeout: float, poll: float = 0
     Raises:
       UnreachableError: naming the parameter server and its address.
     """
-    import socket
-    import time
-
     deadline = time.time() + timeout
     for index, address in enumerate(cluster.spec.get("ps", ())):
         host, _, port = address.rpartition(":")

@@ -7,6 +7,7 @@ configs keep working. Code that acts on a choice compares with the members, neve
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 
 
@@ -112,6 +113,4 @@ GROUP_DEPTHS = (2, 3)
 def network_shape(hp) -> tuple:
     """The names of the settings of ``hp`` (an ``HParams``) that shape the network's variables: those declared
     with ``shapes=True`` (``training.settings.Setting``), read from the dataclass's own field metadata."""
-    import dataclasses
-
     return tuple(f.name for f in dataclasses.fields(hp) if getattr(f.metadata.get("setting"), "shapes", False))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import importlib
 import io
 import json
 import os
@@ -31,7 +32,8 @@ import zlib
 
 import numpy as np
 
-from estimator.common import storage
+from estimator.common import logs, storage
+from estimator.common.failures import storage_failure
 from estimator.data import download
 from estimator.data import records as fmt
 
@@ -46,8 +48,6 @@ class ConversionError(Exception):
 
 def _numpy_attr(name: str, *modules: str):
     """First of ``numpy.<module>.<name>`` that this numpy has (1.x or 2.x names)."""
-    import importlib
-
     for module in modules:
         try:
             return getattr(importlib.import_module(module), name)
@@ -388,8 +388,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from estimator.common import logs
-
     logs.quiet_imports(argv)  # the console script comes here first
     args = build_parser().parse_args(argv)
     try:
@@ -406,8 +404,6 @@ def main(argv=None) -> int:
         print("error: %s" % e, file=sys.stderr)
         return 1
     except OSError as e:
-        from estimator.common.failures import storage_failure
-
         failure = storage_failure(e)
         if failure is None:
             raise

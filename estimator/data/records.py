@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import struct
 
+from estimator.common import storage
+
 HEIGHT = 32
 WIDTH = 32
 DEPTH = 3
@@ -60,8 +62,6 @@ def read_manifest(data_dir: str):
     Raises:
       ValueError: the manifest is malformed (``parse_manifest``).
     """
-    from estimator.common import storage
-
     path = storage.join(data_dir, MANIFEST_NAME)
     if not storage.exists(path):
         return None

@@ -20,6 +20,8 @@ float32 and round once, so in bf16 they are also closer to the exact sum than Te
 
 from __future__ import annotations
 
+import logging
+
 import tensorflow as tf
 
 from estimator.common import machine
@@ -136,8 +138,6 @@ def choose(x_shape, kernel_shape, dtype, cpu=None, timer=time_filter_gradients, 
     """``MATMULS`` or ``NATIVE``: the faster filter gradient for this convolution on this CPU, timed on
     first use and cached per CPU (``machine.cpu_key``), TensorFlow version, type and shape. ``measure``
     False: from the cache, else ``NATIVE`` (TensorFlow's own kernel, untimed)."""
-    import logging
-
     cpu = cpu or machine.cpu_info()
     path = cache_file or machine.cache_path(CACHE_FILE)
     key = cache_key(cpu, x_shape, kernel_shape, dtype)

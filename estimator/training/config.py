@@ -31,7 +31,7 @@ from estimator.common import machine, storage
 from estimator.common.options import DataFormat, EvalPolicy, Network, Precision
 from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet, MissingDataError, verify_splits  # noqa: F401 (MissingDataError: for callers)
-from estimator.training import devices, flags
+from estimator.training import devices, flags, schedules
 from estimator.training import hparams as hparams_lib
 from estimator.training import machine as machine_plan
 
@@ -123,8 +123,6 @@ def _with_data(hp: hparams_lib.HParams) -> hparams_lib.HParams:
     """``hp`` with the training images its data holds (every split checked against the manifest, before
     any graph is built: a bad evaluation file would otherwise fail after training) and its steps:
     --train-steps, or --train-epochs in global steps, or the default 80,000 (none with --time-budget)."""
-    from estimator.training import schedules
-
     num_train = 0 if hp.cluster.task_type == "ps" else verify_splits(hp.data_dir, hp.train_subsets)
     evaluated = {}
     if hp.cluster.task_type != "ps":

@@ -27,6 +27,7 @@ from estimator.tuning import spec as spec_lib
 
 def check_trainer_flags(trainer_flags, job_dir: str):
     """The trainer's own parsing and checks (data present, flags valid); returns (hparams, option strings)."""
+    # Here, not at the top: both import TensorFlow, which --help and a bad config do not need.
     from estimator.budget import job as budget_job
     from estimator.training import flags
 
@@ -69,14 +70,19 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     own, trainer_flags = processes.split_argv(argv)
     args = build_parser().parse_args(own)
+    try:
+        from estimator.tuning import study  # Optuna, an extra: only a local study needs it
+    except ImportError as e:
+        print(
+            "error: a local study needs Optuna (%s): pip install 'cifar10-resnet-estimator[tune]'." % e, file=sys.stderr
+        )
+        return 2
     given_flags = list(trainer_flags)
     try:
         hp, trainer_flags, study_spec = _checked_study(args, trainer_flags)
     except spec_lib.SpecError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
-
-    from estimator.tuning import study
 
     max_trials, parallel = _trial_counts(args, study_spec)
     extra = study.trainer_defaults(trainer_flags, study_spec, parallel, hp.train_steps)
@@ -162,7 +168,7 @@ def _trials_flags(trainer_flags, job_dir: str):
 
 def _run(coordinator):
     """``(the study, exit status)``, or ``(None, status)`` where the study stopped before a report."""
-    from estimator.tuning import study
+    from estimator.tuning import study  # main has found Optuna
 
     received = [signal.SIGINT]
 

@@ -40,7 +40,7 @@ def write_best_args(path: str, trainer_flags, trial_id: str, values: dict, why: 
 
 def rows(study, study_spec: spec_lib.StudySpec):
     """One dict per trial: id, state, parameters (as the trainer got them), metric, seconds."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # an extra: the cloud's best-args uses this module without it
 
     out = []
     for t in study.trials:

@@ -42,14 +42,22 @@ Mapping of the service's settings:
 
 from __future__ import annotations
 
+import ctypes
+import itertools
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
 
 from estimator.common import cluster as cluster_lib
 from estimator.common import processes
@@ -108,8 +116,6 @@ def sample(trial, params) -> dict:
 
 
 def make_sampler(study_spec: spec_lib.StudySpec, seed):
-    import optuna
-
     if study_spec.algorithm in (
         Algorithm.GRID_SEARCH,
         Algorithm.RANDOM_SEARCH,
@@ -120,9 +126,6 @@ def make_sampler(study_spec: spec_lib.StudySpec, seed):
 
 def grid_points(study_spec: spec_lib.StudySpec, seed):
     """Every point of the grid, as {optuna param name: value}, in an order shuffled by ``seed``."""
-    import itertools
-    import random
-
     space = spec_lib.grid(study_spec.params)
     names = list(space)
     points = [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
@@ -131,8 +134,6 @@ def grid_points(study_spec: spec_lib.StudySpec, seed):
 
 
 def make_pruner(study_spec: spec_lib.StudySpec):
-    import optuna
-
     if study_spec.early_stopping:
         # Compare from the second trial on, at every reported step.
         return optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0)
@@ -215,8 +216,6 @@ class Coordinator(object):
     # -- bookkeeping ---------------------------------------------------------
 
     def open_study(self):
-        import optuna
-
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         storage = open_storage(self.storage, self.job_dir)
         if self.spec.resume_previous_job_id:
@@ -238,8 +237,6 @@ class Coordinator(object):
             sampler=make_sampler(self.spec, self.seed),
             pruner=make_pruner(self.spec),
         )
-        from optuna.trial import TrialState
-
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             # A coordinator killed mid-trial: record the trial as failed, keep its directory. Another
             # coordinator's running trial (a shared study) is left alone.
@@ -295,8 +292,6 @@ class Coordinator(object):
 
     def poll(self, study, run: Running):
         """Feeds new reports to the pruner; returns the finished state, or None while running."""
-        from optuna.trial import TrialState
-
         trial_dir = os.path.join(self.job_dir, run.trial_id)
         reports = read_reports(os.path.join(trial_dir, METRIC_FILE), self.spec.metric)
         for step, value in reports:
@@ -317,8 +312,6 @@ class Coordinator(object):
         return TrialState.FAIL, None
 
     def finish(self, study, run: Running, state, value) -> None:
-        from optuna.trial import TrialState
-
         run.log.close()
         seconds = time.time() - run.start
         run.trial.set_user_attr("seconds", round(seconds, 1))
@@ -342,14 +335,10 @@ class Coordinator(object):
     @staticmethod
     def _started(study) -> int:
         """Trials run or running (queued grid points are not counted)."""
-        from optuna.trial import TrialState
-
         return len([t for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING])
 
     def _check_failures(self, study) -> None:
         """At the study's limit of failed trials: stops the running trials (failed too) and raises StudyFailed."""
-        from optuna.trial import TrialState
-
         failed = len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
         if failed < self.spec.max_failed_trials:
             return
@@ -399,9 +388,6 @@ def open_storage(storage: str, job_dir: str):
     if not storage:
         return "sqlite:///" + os.path.join(job_dir, STUDY_DB)
     if storage.startswith("journal:"):
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
         return JournalStorage(JournalFileBackend(os.path.abspath(storage[len("journal:") :])))
     return storage
 
@@ -427,8 +413,6 @@ def _die_with_parent() -> None:
     """In the trial's process (Linux): SIGTERM when the coordinator dies, even by SIGKILL,
     so a killed study leaves no trial training on."""
     if sys.platform.startswith("linux"):
-        import ctypes
-
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
