@@ -60,27 +60,6 @@ def assert_finished(cluster, job, steps):
     return results
 
 
-def test_async_cluster_with_evaluator_trains_to_the_last_step(mini_records, tmp_path):
-    job = str(tmp_path / "job")
-    # An evaluator needs the Vertex AI role name, chief (a master evaluates itself).
-    # 400 steps: enough that the worker joins after its start delay (5 s).
-    cluster = LocalCluster(
-        trainer(mini_records, job, 400, "--save-checkpoints-steps", "200"),
-        workers=1,
-        ps=1,
-        evaluator=True,
-        chief_role="chief",
-        env=ENV,
-        out=None,
-    )
-    with cluster:
-        assert cluster.start().wait(timeout=240) == 0
-    assert_finished(cluster, job, 400)
-    assert re.search(r"step \d+/\d+ ", cluster.task("worker").log())  # the worker trained too
-    assert os.path.isdir(os.path.join(job, "eval_validation"))
-    assert re.search(r"Evaluation \[validation\] at step \d+", cluster.task("evaluator").log())
-
-
 def test_sync_cluster_finishes_without_hanging(mini_records, tmp_path):
     job = str(tmp_path / "job")
     cluster = LocalCluster(
@@ -102,15 +81,18 @@ def test_sync_cluster_finishes_without_hanging(mini_records, tmp_path):
     assert hp["derived"]["learning_rate_boundaries"][0] == 63 * 82
 
 
-def test_a_killed_worker_rejoins_and_a_killed_master_resumes_from_its_last_checkpoint(mini_records, tmp_path):
-    """One job, two preemptions: the worker is killed mid-run and rejoins; later the master is killed after a
-    checkpoint and resumes from the one its state file names; the job finishes."""
+def test_a_killed_worker_rejoins_a_killed_chief_resumes_and_the_evaluator_validates(mini_records, tmp_path):
+    """One Vertex AI-shaped job (chief, worker, parameter server, evaluator), two preemptions: the worker is
+    killed mid-run and rejoins; later the chief is killed after a checkpoint and resumes from the one its
+    state file names; the evaluator validates the checkpoints as they come, and the job trains to its last step."""
     job = str(tmp_path / "job")
     # --verbose: the Estimator's own "Saving checkpoints" and "Restoring parameters" lines.
     cluster = LocalCluster(
         trainer(mini_records, job, 600, "--save-checkpoints-steps", "50", "--verbose"),
         workers=1,
         ps=1,
+        evaluator=True,  # an evaluator needs the Vertex AI role name, chief (a master evaluates itself)
+        chief_role="chief",
         env=ENV,
         out=None,
     )
@@ -124,18 +106,20 @@ def test_a_killed_worker_rejoins_and_a_killed_master_resumes_from_its_last_check
         cluster.wait_for("worker", 0, r"step \d+/\d+ ", timeout=120)  # it rejoined and trains
         # Logged once the checkpoint and its state file are written.
         cluster.wait_for(
-            "master", 0, r"Calling checkpoint listeners after saving checkpoint (5\d|[1-9]\d\d)\.", timeout=180
+            "chief", 0, r"Calling checkpoint listeners after saving checkpoint (5\d|[1-9]\d\d)\.", timeout=180
         )
-        cluster.kill("master", 0)
+        cluster.kill("chief", 0)
         # What a restart must restore: the checkpoint the state file names (a
         # kill between writing a checkpoint and recording it leaves the older one).
         latest = int(tf.train.latest_checkpoint(job).rsplit("-", 1)[1])
-        cluster.start_task("master", 0)
-        restored = cluster.wait_for("master", 0, r"Restoring parameters from .*model\.ckpt-(\d+)", timeout=180)
+        cluster.start_task("chief", 0)
+        restored = cluster.wait_for("chief", 0, r"Restoring parameters from .*model\.ckpt-(\d+)", timeout=180)
         assert int(restored.group(1)) == latest >= 50
         assert cluster.wait(timeout=300) == 0
     assert_finished(cluster, job, 600)
-    assert latest < 600  # the master was killed mid-run
+    assert latest < 600  # the chief was killed mid-run
+    assert os.path.isdir(os.path.join(job, "eval_validation"))
+    assert re.search(r"Evaluation \[validation\] at step \d+", cluster.task("evaluator").log())
 
 
 def test_unreachable_parameter_server_fails_in_bounded_time(mini_records, tmp_path):

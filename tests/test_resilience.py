@@ -232,7 +232,7 @@ def test_faults_at_every_stage_are_survived(mini_records, tmp_path):
     """SIGTERM, SIGINT and SIGKILL during training, a checkpoint save, the final evaluation and the exports
     (benchmarks.faults; docs/faults.md has the table of a run)."""
     # Three of the benchmark's eight (the signal test above covers SIGTERM and SIGINT mid-training, test_cluster's
-    # killed master SIGKILL mid-training): CI's time; python -m benchmarks.faults runs all eight.
+    # killed chief SIGKILL mid-training): CI's time; python -m benchmarks.faults runs all eight.
     names = ("SIGTERM during a checkpoint save", "SIGTERM during the final evaluation", "SIGKILL during the exports")
     chosen = [f for f in faults.FAULTS if f[0] in names]
     assert len(chosen) == 3
