@@ -159,15 +159,9 @@ def test_a_trial_of_a_study_of_a_recipe_trains_on_the_training_split_and_reports
     results = json.load(open(os.path.join(job_dir, "results.json")))
     metric = reported(out)
     assert float(metric["accuracy"]) == pytest.approx(results["validation_accuracy"], abs=1e-6)
-    # Each trial is a new machine: the trials name one cache under the study's directory, where the next
-    # reads what the first measured (a 20 s budget times nothing: test_network_choice shows the sharing).
-    shared = os.path.join(bucket, "studies", "s1", "probe-cache")
-    assert hp["probe_cache"] == shared
-    code, out, _ = local_run(tmp_path, config, mini_records, "--trial", "8")
-    assert code == 0, out[-3000:]
-    job_dir = os.path.join(bucket, "studies", "s1", "8", "checkpoints")
-    assert json.load(open(os.path.join(job_dir, "hparams.json")))["hparams"]["probe_cache"] == shared
-    assert os.path.exists(os.path.join(job_dir, "results.json"))
+    # Each trial is a new machine: every trial names one cache under the study's directory (the config's
+    # flags, the same for all), where the next reads what the first measured (test_network_choice shows it).
+    assert hp["probe_cache"] == os.path.join(bucket, "studies", "s1", "probe-cache")
 
 
 def _job(**pool):
