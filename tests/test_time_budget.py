@@ -449,7 +449,7 @@ def test_a_probe_is_bounded_in_seconds_not_steps():
     assert session.runs == 9  # the bound not reached: every step
 
 
-def test_a_restarted_job_continues_with_what_remains_of_its_budget():
+def test_a_restarted_job_continues_with_what_remains_of_its_budget(tmp_path):
     clock = Clock()
     p = planner(clock, budget=100.0, used=40.0, progress=0.5)
     # 40 s used before: this run's deadline is 60 s from its start, the progress goes on from 0.5.
@@ -459,7 +459,9 @@ def test_a_restarted_job_continues_with_what_remains_of_its_budget():
     clock.now = 12.0
     state = p.record(450)
     assert state.used_secs == 52.0 and state.step == 450 and state.progress == pytest.approx(plan.progress(450))
-    assert BudgetState.from_json(state.to_json()) == state
+    (tmp_path / "budget.json").write_text(state.to_json())
+    assert BudgetState.load(str(tmp_path), 100.0) == state
+    assert BudgetState.load(str(tmp_path / "new"), 90.0) == BudgetState(90.0)
 
 
 def rates_through_the_graph(plans_and_steps, schedule="onecycle", peak=0.4, warmup=0.2):

@@ -5,23 +5,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from estimator.budget.planner import BUDGET_FILE, CHECKPOINT_WRITES_AT_END, Plan, Planner
+from estimator.budget.planner import BUDGET_FILE, Plan, Planner
 from estimator.common import durations, storage
 from estimator.training.schedules import plan_loader
 
 v1 = tf.compat.v1
-
-
-def _plan_line(planner: Planner, step: int, plan: Plan, old: Plan) -> str:
-    """The log's line for a new plan."""
-    return "time budget: %s at step %d: %.2f steps/s, %d steps in all (was %d), %s left" % (
-        "planned" if len(planner.state.replans) == 1 else "re-planned",
-        step,
-        planner.steps_per_sec,
-        plan.total_steps,
-        old.total_steps,
-        durations.format_clock(planner.deadline - planner.clock()),
-    )
 
 
 class BudgetHook(v1.train.SessionRunHook):
@@ -58,7 +46,17 @@ class BudgetHook(v1.train.SessionRunHook):
         plan = planner.after_step(step)
         if plan is not None:
             self._load(run_context.session, plan)
-            self._log(_plan_line(planner, step, plan, old))
+            self._log(
+                "time budget: %s at step %d: %.2f steps/s, %d steps in all (was %d), %s left"
+                % (
+                    "planned" if len(planner.state.replans) == 1 else "re-planned",
+                    step,
+                    planner.steps_per_sec,
+                    plan.total_steps,
+                    old.total_steps,
+                    durations.format_clock(planner.deadline - planner.clock()),
+                )
+            )
             self._save(step)
         if planner.should_stop(step):
             if planner.stopped_early:
@@ -74,21 +72,14 @@ class BudgetHook(v1.train.SessionRunHook):
 
 
 class CheckpointTimer(tf.estimator.CheckpointSaverListener):
-    """Tells ``planner`` what each checkpoint took to save (``Planner.checkpoint_secs``), and logs the first
-    when it makes the end's reserve a second longer or more."""
+    """Tells ``planner`` what each checkpoint took to save: the end keeps time to write as much again
+    (``Planner.checkpoint_secs``)."""
 
-    def __init__(self, planner: Planner, log):
-        self._planner, self._log = planner, log
+    def __init__(self, planner: Planner):
+        self._planner = planner
 
     def before_save(self, session, global_step_value):
         self._began = self._planner.clock()
 
     def after_save(self, session, global_step_value):
-        planner = self._planner
-        first = planner.checkpoint_secs == 0.0
-        planner.checkpoint_secs = planner.clock() - self._began
-        if first and CHECKPOINT_WRITES_AT_END * planner.checkpoint_secs >= 1.0:
-            self._log(
-                "time budget: a checkpoint took %.1f s to save; the end keeps %.1f s for its writes"
-                % (planner.checkpoint_secs, CHECKPOINT_WRITES_AT_END * planner.checkpoint_secs)
-            )
+        self._planner.checkpoint_secs = self._planner.clock() - self._began

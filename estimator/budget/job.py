@@ -118,7 +118,7 @@ class BudgetedJob:
         return [budget_hooks.BudgetHook(self.planner, self.hp.job_dir, logs.info)]
 
     def saving_listeners(self) -> list:
-        return [budget_hooks.CheckpointTimer(self.planner, logs.info)]
+        return [budget_hooks.CheckpointTimer(self.planner)]
 
     def nothing_to_train(self) -> bool:
         """True (and says so) on a restart after the budget was spent: the job evaluates and exports what it has."""

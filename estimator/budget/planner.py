@@ -122,21 +122,12 @@ class BudgetState:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> BudgetState:
-        values = json.loads(text)
-        known = {k: values[k] for k in cls.__dataclass_fields__ if k in values}
-        return cls(**known)
-
-    @classmethod
     def load(cls, job_dir: str, budget_secs: float) -> BudgetState:
         """What earlier runs of the job in ``job_dir`` recorded (``BUDGET_FILE``), under this run's budget;
         a fresh state for a new job."""
         path = storage.join(job_dir, BUDGET_FILE)
-        if not storage.exists(path):
-            return cls(budget_secs)
-        state = cls.from_json(storage.read_text(path))
-        state.budget_secs = budget_secs
-        return state
+        values = json.loads(storage.read_text(path)) if storage.exists(path) else {}
+        return cls(**dict({k: values[k] for k in cls.__dataclass_fields__ if k in values}, budget_secs=budget_secs))
 
 
 @dataclass
