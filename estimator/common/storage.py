@@ -63,21 +63,17 @@ def _client():
     return _client_cache[0]
 
 
-def _blob(path: str):
+def blob(path: str):
+    """The ``google-cloud-storage`` blob of a ``gs://`` path (also for generation preconditions)."""
     bucket, name = split_gcs(path)
     if not name:
         raise ValueError("%r names a bucket, not an object." % path)
     return _client().bucket(bucket).blob(name)
 
 
-def blob(path: str):
-    """The ``google-cloud-storage`` blob of a ``gs://`` path (for generation preconditions)."""
-    return _blob(path)
-
-
 def exists(path: str) -> bool:
     if is_gcs(path):
-        return _blob(path).exists()
+        return blob(path).exists()
     return os.path.exists(path)
 
 
@@ -95,7 +91,7 @@ def size(path: str):
 
 def read_bytes(path: str) -> bytes:
     if is_gcs(path):
-        return _blob(path).download_as_bytes()
+        return blob(path).download_as_bytes()
     with open(path, "rb") as f:
         return f.read()
 
@@ -113,9 +109,9 @@ def makedirs(path: str) -> None:
 def remove(path: str) -> None:
     """Removes a file if it exists."""
     if is_gcs(path):
-        blob = _blob(path)
-        if blob.exists():
-            blob.delete()
+        obj = blob(path)
+        if obj.exists():
+            obj.delete()
     elif os.path.exists(path):
         os.remove(path)
 
@@ -151,15 +147,15 @@ def file_digest(local_path: str, algorithm: str) -> str:
 def upload_file(local_path: str, path: str) -> None:
     """Copies a local file to ``path`` atomically, verifying a Cloud Storage upload."""
     if is_gcs(path):
-        blob = _blob(path)
-        blob.upload_from_filename(local_path)
-        blob.reload()
+        obj = blob(path)
+        obj.upload_from_filename(local_path)
+        obj.reload()
         expected = base64.b64encode(bytes.fromhex(file_digest(local_path, "md5"))).decode("ascii")
-        if blob.md5_hash != expected or int(blob.size) != os.path.getsize(local_path):
-            blob.delete()
+        if obj.md5_hash != expected or int(obj.size) != os.path.getsize(local_path):
+            obj.delete()
             raise OSError(
                 "Upload of %s to %s did not verify (md5 %s, expected %s): removed it; "
-                "run again." % (local_path, path, blob.md5_hash, expected)
+                "run again." % (local_path, path, obj.md5_hash, expected)
             )
         return
 
@@ -173,8 +169,8 @@ def upload_file(local_path: str, path: str) -> None:
 def write_bytes(path: str, data: bytes) -> None:
     """Writes ``data`` to ``path`` atomically."""
     if is_gcs(path):
-        blob = _blob(path)
-        blob.upload_from_string(data)
+        obj = blob(path)
+        obj.upload_from_string(data)
         return
     _write_local(path, lambda out: out.write(data))
 
