@@ -223,7 +223,7 @@ def test_a_progressively_resized_airbench_job_logs_its_sizes(mini_records, tmp_p
     job = str(tmp_path / "job")
     flags = (
         "--train-steps 12 --lr-schedule onecycle --learning-rate 0.1 --eval-policy final --log-every-n-steps 1 "
-        "--seed 1 --progressive-resize 20 --progressive-resize-until 0.5"
+        "--seed 1 --progressive-resize 20 --progressive-resize-until 0.5 --export false"
     )
     code, out = run_job(mini_records, job, *SMALL_AIRBENCH, *flags.split())
     assert code == 0, out[-3000:]

@@ -162,7 +162,7 @@ def test_short_run_recipe_flags_end_to_end(mini_records, tmp_path):
             "--num-gpus 0 --num-layers 8 --train-epochs 0.5 --train-batch-size 64 "
             "--lr-schedule onecycle --learning-rate 0.2 --label-smoothing 0.1 --nesterov "
             "--eval-policy final --eval-flip-tta --eval-batch-size 200 "
-            "--save-checkpoints-steps 10 --log-every-n-steps 8 --seed 5"
+            "--save-checkpoints-steps 10 --log-every-n-steps 8 --seed 5 --export false"
         ).split(),
     )
     assert rc == 0, log[-3000:]

@@ -69,11 +69,11 @@ def test_flops_are_counted_for_both_networks():
 @pytest.mark.slow
 def test_the_airbench_network_is_timed_in_both_frameworks(mini_records, tmp_path, capsys):
     out = tmp_path / "speed.json"
-    argv = ["--data-dir", mini_records, "--network", "airbench", "--batch-sizes", "8", "--steps", "2"]
-    assert training_speed.main(argv + ["--warmup", "2", "--rounds", "1", "--out", str(out)]) == 0
+    argv = ["--data-dir", mini_records, "--network", "airbench", "--width-multiplier", "0.25", "--batch-sizes", "8"]
+    assert training_speed.main(argv + ["--steps", "2", "--warmup", "1", "--rounds", "1", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert "depths" not in result and list(result["networks"]) == ["airbench94"]
-    row = result["networks"]["airbench94"]
+    assert "depths" not in result and list(result["networks"]) == ["airbench94 x0.25"]
+    row = result["networks"]["airbench94 x0.25"]
     assert sorted(row["trainers"]) == sorted(["ours fp32", "ours bf16", "keras fp32", "keras mixed_bfloat16"])
     assert all(t["images_per_sec"] > 0 and len(t["rounds"]) == 1 for t in row["trainers"].values())
     ours, keras = row["trainers"]["ours bf16"], row["trainers"]["keras mixed_bfloat16"]
@@ -85,7 +85,7 @@ def test_the_airbench_network_is_timed_in_both_frameworks(mini_records, tmp_path
     rounding = a / b * (0.05 / a + 0.05 / b) + 5e-4  # and the ratio's own rounding to 0.001
     assert ratio["ratio"] == pytest.approx(a / b, abs=rounding)
     printed = capsys.readouterr().out
-    assert "No PyTorch version of the airbench network here" in printed and "airbench94, batch 8" in printed
+    assert "No PyTorch version of the airbench network here" in printed and "airbench94 x0.25, batch 8" in printed
 
 
 def test_a_group_depth_outside_the_networks_is_refused(capsys):
