@@ -44,8 +44,8 @@ lint: venv
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
 
-# Three workers on the 2 cores: a worker waiting on a subprocess's start, a server or PyPI leaves a core idle
-# (the AVX2-only Zen 3: 15 min 44 s with two, 14 min 35 s with three; README).
+# Three workers on the 2 cores: each test runs one thread per op, and a worker waiting on a subprocess's start,
+# a server or PyPI leaves its core idle (the Zen 3's times with three and two: README).
 PYTEST_WORKERS ?= 3
 
 test: lint
