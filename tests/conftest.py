@@ -12,7 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # As estimator/__init__.py does, for test modules that import TensorFlow before the package.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 # make test runs three tests at once on two cores: one thread per op each, not two (their trainers and
-# servers contend less: test_training.py and test_health.py 10% faster held to AVX2, README).
+# servers contend less: test_training.py and test_health.py 10% faster held to AVX2, in the commit that set it).
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 # No test writes outside its temporary directories: HOME, the caches and the speed probes' directory are
