@@ -428,7 +428,7 @@ def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini
     assert set(recorded["hparams"]) - set(again) == {"ema_decay", "zero_init_residual"} | thresholds
     assert (recorded["hparams"]["ema_decay"], recorded["hparams"]["zero_init_residual"]) == (0.0, False)
     added = {"filter_gradients", "speed_probe", "save_summary_steps", "eval_examples", "optimizer"}
-    added |= {"muon_learning_rate", "muon_momentum"}
+    added |= {"muon_learning_rate", "muon_momentum", "tta_fraction"}
     assert set(again) - set(recorded["hparams"]) == added
     # Its training graph builds from hparams.json alone, and the same flags restart it.
     with tf.Graph().as_default():
@@ -501,7 +501,7 @@ def test_every_flag_is_one_declared_field_in_a_known_group():
         settings.flag_name(name) for name in hparams_lib.RETIRED
     } == {a.option_strings[0] for a in flags.build_parser()._actions if a.dest != "help"}
     assert [g.key for g in settings.GROUPS] == list(dict.fromkeys(d.group for _, d, _ in declared))
-    assert len(declared) == 62 and len(RANGED) == 26
+    assert len(declared) == 63 and len(RANGED) == 27
     with pytest.raises(ValueError, match="setting group 'nowhere' is not one of job, network"):
         settings.setting(1, "nowhere", "A setting without a group.")
 

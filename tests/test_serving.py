@@ -38,6 +38,20 @@ def job(tmp_path_factory, mini_records):
 
 
 @pytest.mark.slow
+def test_the_tta_fraction_benchmark_evaluates_a_finished_job_at_each_fraction(job, tmp_path):
+    from benchmarks import tta_fraction
+
+    copy, out = str(tmp_path / "job"), str(tmp_path / "tta.json")
+    shutil.copytree(job, copy)  # its evaluations write events: the module's job stays as trained
+    assert tta_fraction.main(["--job-dir", copy, "--fractions", "1", "0.25", "--out", out]) == 0
+    rows = json.load(open(out))["rows"]
+    assert [r["fraction"] for r in rows] == [1.0, 0.25] and {r["images"] for r in rows} == {1017}
+    assert rows[0]["accuracy"] == rows[1]["accuracy"]  # the plain view is the same model's
+    for r in rows:
+        assert 0 <= min(r["accuracy_flip_tta"], r["accuracy_tta"]) <= 1 and r["eval_secs"] > 0
+
+
+@pytest.mark.slow
 def test_best_and_final_exports(job):
     final, best = exports(job, "final"), exports(job, "best")
     assert len(final) == 1 and 1 <= len(best) <= 3

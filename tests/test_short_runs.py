@@ -67,8 +67,11 @@ def test_model_fn_syncs_every_weight_and_statistic_with_lookahead():
                     assert not np.array_equal(copies["resnet/fc/kernel"], now["resnet/fc/kernel"])
 
 
-def test_tta_accuracy_against_a_hand_computed_case():
-    """argmax of 1/4 p(x) + 1/4 p(mirror x) + 1/8 of each shifted view and its mirror."""
+@pytest.mark.parametrize("fraction", [1.0, 0.25])
+def test_tta_accuracy_against_a_hand_computed_case(fraction):
+    """argmax of 1/4 p(x) + 1/4 p(mirror x) + 1/8 of each shifted view and its mirror (flip TTA: of the first
+    two); with --tta-fraction 0.25 for the 6 of the 24 real images whose top plain probability is lowest,
+    the plain argmax for the rest, and never for the 6 padding images (label -1) of the batch."""
     left, right = np.random.RandomState(2).uniform(0, 255, (2, 30, 1, 1, 3))
     images = np.concatenate(
         [np.broadcast_to(left, (30, 32, 12, 3)), np.broadcast_to(right, (30, 32, 20, 3))], axis=2
@@ -79,8 +82,11 @@ def test_tta_accuracy_against_a_hand_computed_case():
         v1.train.create_global_step()
         x = v1.placeholder(tf.float32, [30, 32, 32, 3])
         y = v1.placeholder(tf.int32, [30])
-        spec = model_fn(x, y, MODES.EVAL, hp(eval_tta=True, eval_batch_size=30))
-        plain, tta = spec.eval_metric_ops["accuracy"], spec.eval_metric_ops["accuracy_tta"]
+        params = hp(eval_tta=True, eval_flip_tta=True, eval_batch_size=30, tta_fraction=fraction)
+        params = params.replace(eval_examples={fmt.TEST: 1000, fmt.VALIDATION: 1017})
+        assert params.evaluation_images() == (2017, [("flip", 1000 * fraction), ("translations", 4000 * fraction)])
+        spec = model_fn(x, y, MODES.EVAL, params)
+        metrics = [spec.eval_metric_ops[k] for k in ("accuracy", "accuracy_flip_tta", "accuracy_tta")]
         with v1.Session() as sess:
             sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
             fc = [v for v in v1.global_variables() if v.op.name == "resnet/fc/kernel"][0]
@@ -93,15 +99,21 @@ def test_tta_accuracy_against_a_hand_computed_case():
             padded = np.pad(images, [(0, 0), (1, 1), (1, 1), (0, 0)])
             shifted = [padded[:, :32, :32], padded[:, 2:, 2:]]
             mirror = lambda a: a[:, :, ::-1]  # noqa: E731
-            mean = 0.25 * (p(images) + p(mirror(images)))
+            flip_mean = 0.5 * (p(images) + p(mirror(images)))
+            mean = 0.5 * flip_mean
             for view in shifted:
                 mean += 0.125 * (p(view) + p(mirror(view)))
-            tta_classes, plain_classes = np.argmax(mean, axis=1), np.argmax(p(images), axis=1)
-            disagree = int(np.sum(tta_classes != plain_classes))
-            assert 0 < disagree < 30
-            sess.run([plain[1], tta[1]], {x: images, y: tta_classes})
-            assert sess.run(tta[0]) == 1.0
-            assert sess.run(plain[0]) == pytest.approx((30 - disagree) / 30)
+            plain_classes = np.argmax(p(images), axis=1)
+            chosen = np.argsort(p(images)[:24].max(axis=1))[: int(24 * fraction)]  # 6 of 24: 8 of 32 real
+            tta_classes, flip_classes = plain_classes.copy(), plain_classes.copy()
+            tta_classes[chosen], flip_classes[chosen] = np.argmax(mean, 1)[chosen], np.argmax(flip_mean, 1)[chosen]
+            disagree = int(np.sum(tta_classes[:24] != plain_classes[:24]))
+            assert 0 < disagree < 24
+            labels = np.concatenate([tta_classes[:24], [-1] * 6])
+            sess.run([m[1] for m in metrics], {x: images, y: labels})
+            accuracy, flip, tta = sess.run([m[0] for m in metrics])
+            assert tta == 1.0 and accuracy == pytest.approx((24 - disagree) / 24)
+            assert flip == pytest.approx(np.mean(flip_classes[:24] == tta_classes[:24]))
 
 
 def test_training_on_two_splits_reads_both_once_per_epoch(mini_records, tmp_path):
@@ -238,7 +250,7 @@ def test_a_progressively_resized_airbench_job_logs_its_sizes(mini_records, tmp_p
     assert set(sizes.values()) == {20, 24, 28, 32}
 
 
-def test_progressive_resize_flags_are_checked(mini_records, tmp_path, capsys):
+def test_progressive_resize_and_tta_fraction_flags_are_checked(mini_records, tmp_path, capsys):
     argv = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "j"), "--num-gpus", "0"]
     parsed = cifar10_main.parse(argv + ["--progressive-resize", "24"])
     assert parsed.image_sizes == schedules.ImageSizes(24, 0.5, 32)
@@ -253,6 +265,8 @@ def test_progressive_resize_flags_are_checked(mini_records, tmp_path, capsys):
             "--progressive-resize-until 0.7 says when --progressive-resize reaches 32 pixels, and it is off",
         ),
         ("--progressive-resize 2x", "argument --progressive-resize: '2x' is not an integer"),
+        ("--eval-tta --tta-fraction 0", "--tta-fraction 0.0 must be a fraction of each batch in (0, 1], e.g. 0.25"),
+        ("--tta-fraction 0.25", "--tta-fraction 0.25 says which images get the test-time views, and none are asked"),
     ]:
         with pytest.raises(SystemExit) as e:
             cifar10_main.parse(argv + flags.split())

@@ -390,7 +390,7 @@ def _check_network(args) -> None:
 
 
 def _check_augmentation(args) -> None:
-    """Progressive resizing's sizes, and its schedule and cutout only where they act."""
+    """Progressive resizing's sizes, and its schedule, cutout and the test views' fraction only where they act."""
     if args.progressive_resize and not schedules.MIN_RESIZE <= args.progressive_resize < fmt.HEIGHT:
         raise ValueError(
             "--progressive-resize %d must be from %d to %d pixels a side, e.g. 24 (0: off); below %d the "
@@ -401,6 +401,11 @@ def _check_augmentation(args) -> None:
         raise ValueError(
             "--progressive-resize-until %s says when --progressive-resize reaches 32 pixels, and it is off: give "
             "--progressive-resize SIZE (e.g. 24) or drop it." % args.progressive_resize_until
+        )
+    if args.tta_fraction != HParams.tta_fraction and not (args.eval_flip_tta or args.eval_tta):
+        raise ValueError(
+            "--tta-fraction %s says which images get the test-time views, and none are asked for: add "
+            "--eval-flip-tta or --eval-tta, or drop it." % args.tta_fraction
         )
     if args.cutout and not args.use_distortion_for_training:
         raise ValueError(

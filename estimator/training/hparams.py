@@ -10,6 +10,7 @@ derived numbers live with their owners (``devices``, ``schedules``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import MISSING, dataclass, field
 
@@ -314,6 +315,13 @@ class HParams:
         "Also report the final test accuracy with flips and 1-pixel translations (6 views, airbench's "
         "weights), as accuracy_tta.",
     )
+    tta_fraction: float = setting(
+        1.0,
+        "evaluation",
+        "The test-time views only for this fraction of each evaluation batch: the images the plain view is "
+        "least confident of; the rest keep its probabilities (0.25: a quarter of the views' cost).",
+        range=Range(0, 1, low_open=True, what="a fraction of each batch", example="0.25"),
+    )
     validation_flip_tta: bool = setting(
         False,
         "evaluation",
@@ -477,15 +485,16 @@ class HParams:
         """What the evaluations after training see, each view counted: ``(images always evaluated,
         [(optional view, images)])``, from the split sizes the configuration resolved (``eval_examples``).
         The optional views are the test evaluation's TTA ones asked for, in the order a time budget keeps them."""
-        test = self.eval_examples[fmt.TEST]
+        test, viewed = self.eval_examples[fmt.TEST], lambda n: math.ceil(self.tta_fraction * n)
         always = test
         if self.validates:
-            always += (1 + int(self.validation_flip_tta)) * self.eval_examples[fmt.VALIDATION]
+            validation = self.eval_examples[fmt.VALIDATION]
+            always += validation + int(self.validation_flip_tta) * viewed(validation)
         views = []
         if self.eval_flip_tta or self.eval_tta:
-            views.append((FLIP_VIEW, test))
+            views.append((FLIP_VIEW, viewed(test)))
         if self.eval_tta:
-            views.append((TRANSLATIONS_VIEW, 4 * test))
+            views.append((TRANSLATIONS_VIEW, 4 * viewed(test)))
         return always, views
 
     def with_test_views(self, views) -> HParams:
