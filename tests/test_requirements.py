@@ -135,7 +135,7 @@ def test_the_containers_pins_resolve_for_its_python_and_platform(variant, tmp_pa
     assert tensorflow in requirements
     if variant == "cpu" and python in PYTHONS:
         # requirements.txt as it is, on a Python `make` installs on: the test above resolves it there with
-        # requirements-test.txt's pins on top, so it resolves alone too (one pip resolution less, 28 s of CPU).
+        # requirements-test.txt's pins on top, so it resolves alone too (one pip resolution less).
         assert tensorflow in requirements_for(os.path.join(REPO, "requirements.txt"), python)
         return
     resolved = resolve(requirements, python, tmp_path)
