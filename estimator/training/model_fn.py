@@ -442,21 +442,21 @@ def _tta_probabilities(hp, images, labels, logits, flipped_logits):
     return total
 
 
-def _least_confident(logits, labels, fraction: float):
+def _least_confident(probabilities, labels, fraction: float):
     """Indices of the ``ceil(fraction x batch)`` images whose plain view's top probability is lowest
     (padding is never among them while real images are left)."""
-    confidence = tf.reduce_max(tf.nn.softmax(logits), axis=1)
+    confidence = tf.reduce_max(probabilities, axis=1)
     confidence = tf.where(tf.equal(labels, fmt.PAD_LABEL), tf.fill(tf.shape(confidence), 2.0), confidence)
-    count = tf.cast(tf.math.ceil(fraction * tf.cast(tf.shape(logits)[0], tf.float32)), tf.int32)
+    count = tf.cast(tf.math.ceil(fraction * tf.cast(tf.shape(probabilities)[0], tf.float32)), tf.int32)
     return tf.math.top_k(-confidence, k=count, sorted=False).indices
 
 
-def _view_metrics(hp, features, labels, logits, weights) -> dict:
+def _view_metrics(hp, features, labels, logits, plain, weights) -> dict:
     """The accuracies of the test-time views asked for: flip TTA (the mean of the image's and its mirror's
     probabilities) and TTA (``_tta_probabilities``), for the ``--tta-fraction`` least-confident images
-    of the batch; the others keep the plain view's. Training flips at random, so the mirror is as good a
-    view as the original; reported beside the plain accuracy, never instead of it."""
-    chosen = None if hp.tta_fraction == 1 else _least_confident(logits, labels, hp.tta_fraction)
+    of the batch; the others keep the plain view's probabilities (``plain``). Training flips at random, so the
+    mirror is as good a view as the original; reported beside the plain accuracy, never instead of it."""
+    chosen = None if hp.tta_fraction == 1 else _least_confident(plain, labels, hp.tta_fraction)
     pick = (lambda t: t) if chosen is None else (lambda t: tf.gather(t, chosen))
     images, view_labels, view_logits = pick(features), pick(labels), pick(logits)
     # The mirror is one view of each: computed once for both (views: evaluation_images).
@@ -464,13 +464,13 @@ def _view_metrics(hp, features, labels, logits, weights) -> dict:
 
     def accuracy_of(probabilities):
         if chosen is not None:
-            probabilities = tf.tensor_scatter_nd_update(tf.nn.softmax(logits), chosen[:, None], probabilities)
+            probabilities = tf.tensor_scatter_nd_update(plain, chosen[:, None], probabilities)
         classes = tf.argmax(probabilities, axis=1, output_type=tf.int32)
         return v1.metrics.accuracy(tf.maximum(labels, 0), classes, weights=weights)
 
     metrics = {}
     if hp.eval_flip_tta:
-        metrics["accuracy_flip_tta"] = accuracy_of(0.5 * (tf.nn.softmax(view_logits) + tf.nn.softmax(flipped_logits)))
+        metrics["accuracy_flip_tta"] = accuracy_of(0.5 * (pick(plain) + tf.nn.softmax(flipped_logits)))
     if hp.eval_tta:
         probabilities = _tta_probabilities(hp, images, view_labels, view_logits, flipped_logits)
         metrics["accuracy_tta"] = accuracy_of(probabilities)
@@ -499,5 +499,5 @@ def model_fn(features, labels, mode, params, config=None):
         }
         metrics.update(eval_metrics.class_metrics(features, labels, predictions, weights))
         if hp.eval_flip_tta or hp.eval_tta:
-            metrics.update(_view_metrics(hp, features, labels, logits, weights))
+            metrics.update(_view_metrics(hp, features, labels, logits, predictions["probabilities"], weights))
         return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, eval_metric_ops=metrics)
