@@ -119,10 +119,14 @@ def test_a_job_on_cloud_storage_through_tensorflows_own_client(gcs, mini_archive
     assert scored["examples"] == 1017 and round(scored["accuracy"] * 1017) == round(results["accuracy"] * 1017)
 
     with tensorboard(job) as base:
-        deadline, scalars = time.time() + 60, {}
-        while time.time() < deadline and "accuracy" not in scalars.get("eval_test", {}):
+        # TensorBoard loads the runs one by one: wait until its reload has read the last evaluation's picture
+        # as well as the test run's scalars (then the checks below read what it loaded).
+        pictures_url = base + "images/images?run=eval_validation&tag=pictures/confusion_matrix"
+        deadline, scalars, pictures = time.time() + 60, {}, []
+        while time.time() < deadline and ("accuracy" not in scalars.get("eval_test", {}) or len(pictures) < 2):
             try:
                 scalars = fetch_json(base + "scalars/tags")
+                pictures = fetch_json(pictures_url)
             except OSError:
                 pass
             time.sleep(1)
@@ -133,7 +137,6 @@ def test_a_job_on_cloud_storage_through_tensorflows_own_client(gcs, mini_archive
         # end of training uploads the training's, the close at the job's end the pictures after the last evaluation.
         health = fetch_json(base + "scalars/scalars?tag=health/gradient_norm&run=.")
         assert [step for _, step, _ in health] == [0, 20]  # the fresh start, the resumed one
-        pictures = fetch_json(base + "images/images?run=eval_validation&tag=pictures/confusion_matrix")
         assert [picture["step"] for picture in pictures] == [20, 40]  # each run's last validation
 
 
