@@ -11,9 +11,12 @@ import sys
 import traceback
 
 from estimator.common import logs, processes
+from estimator.training import flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep C++ info lines out of the log
 logs.quiet_imports()
+if __name__ == "__main__":
+    flags.check_command_line()  # --help and a bad flag answer at once, not after TensorFlow's import (seconds)
 
 with processes.imports_uncollected():
     import tensorflow as tf

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from estimator import health
 from estimator.common import cluster as cluster_lib
 from estimator.common import durations, logs, processes, storage
 from estimator.common.options import EvalPolicy, HealthAction
 from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet
 from estimator.health import nonfinite
+from estimator.health.monitor import EvalHealth, HealthHook, HealthMonitor
 from estimator.networks import registry
 from estimator.reporting import summaries
 from estimator.serving import exporters
@@ -137,16 +137,16 @@ def build_hooks(hp: hparams_lib.HParams, stop=None, budget=None) -> Hooks:
     # Vertex AI's TensorBoard reads its own directory (config: AIP_TENSORBOARD_LOG_DIR);
     # the Estimator writes beside the checkpoints.
     mirror = hp.tensorboard_dir
-    monitor = health.HealthMonitor(hp, is_chief=cluster.is_chief or _is_evaluator(hp), mirror_dir=mirror)
+    monitor = HealthMonitor(hp, is_chief=cluster.is_chief or _is_evaluator(hp), mirror_dir=mirror)
     if hp.health_checks != HealthAction.OFF and not _is_evaluator(hp):
-        train_hooks.append(health.HealthHook(monitor))
+        train_hooks.append(HealthHook(monitor))
     eval_mirror = None
     if mirror:
         if cluster.is_chief:
             train_hooks.append(hooks.SummaryMirrorHook(mirror, min(100, hp.log_every_n_steps)))
         eval_mirror = storage.join(mirror, "eval_" + fmt.VALIDATION)
     reporter = hooks.EvalReporter(fmt.VALIDATION, mirror_dir=eval_mirror, trial=cluster.trial)
-    after_eval = [reporter, health.EvalHealth(monitor, fmt.VALIDATION)]
+    after_eval = [reporter, EvalHealth(monitor, fmt.VALIDATION)]
     if hp.export and hp.validates:
         after_eval.append(exporters.BestAccuracyExporter(hp))
     eval_hooks = [stop.eval_hook()] if stop is not None else []

@@ -92,6 +92,46 @@ def test_gpu_flags_are_checked_against_visible_gpus(mini_records, tmp_path, caps
     assert "--num-gpus 1 but 0 GPU(s) are visible: pass --num-gpus 0" in err
 
 
+# The command as `python -m` runs it, reporting whether TensorFlow was loaded when it exited.
+_RUN_MAIN = (
+    "import runpy, sys\n"
+    "sys.argv = ['cifar10_main'] + sys.argv[1:]\n"
+    "try:\n    runpy.run_module('estimator.cifar10_main', run_name='__main__')\n"
+    "except SystemExit as e:\n    print('exit', e.code, 'tensorflow' in sys.modules)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--num-layers", "45"], "num_layers=45 is not 6n\\+2"),
+        (["--time-budget", "5m", "--train-steps", "10"], "drop --train-steps"),
+        (["--recipe", "cpu_5min", "--network", "auto", "--num-layers", "20"], "--num-layers 20 shape a ResNet"),
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_the_command_refuses_a_bad_flag_before_tensorflow_loads(tmp_path, flags, message):
+    import subprocess
+    import sys
+
+    argv = ["--data-dir", str(tmp_path), "--job-dir", str(tmp_path / "job"), "--num-gpus", "0"] + flags
+    proc = subprocess.run([sys.executable, "-c", _RUN_MAIN] + argv, cwd=REPO, capture_output=True, text=True)
+    assert proc.stdout.splitlines()[-1] == "exit 2 False", proc.stdout + proc.stderr
+    assert re.search(message, proc.stderr) and len(proc.stderr.splitlines()) == 2, proc.stderr
+    assert not os.path.exists(str(tmp_path / "job"))
+
+
+def test_the_gpus_visible_are_checked_after_tensorflow_loads(tmp_path):
+    import subprocess
+    import sys
+
+    # The one flag rule only TensorFlow can decide: the original's default --num-gpus 1 on this CPU machine.
+    argv = ["--data-dir", str(tmp_path), "--job-dir", str(tmp_path / "job")]
+    proc = subprocess.run([sys.executable, "-c", _RUN_MAIN] + argv, cwd=REPO, capture_output=True, text=True)
+    assert proc.stdout.splitlines()[-1] == "exit 2 True", proc.stdout + proc.stderr
+    assert "--num-gpus 1 but 0 GPU(s) are visible: pass --num-gpus 0" in proc.stderr, proc.stderr
+
+
 def test_missing_data_says_run_the_converter(tmp_path, capsys):
     err = parse_error(capsys, ["--data-dir", str(tmp_path / "none"), "--job-dir", str(tmp_path), "--num-gpus", "0"])
     assert "Run generate_cifar10_tfrecords.py --data-dir=%s first" % (tmp_path / "none") in err

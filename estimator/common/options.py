@@ -105,6 +105,30 @@ def flag_name(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
+def check_depth(num_layers: int, version: str = ResNetVersion.V1) -> int:
+    """A ResNet's residual units per stage, n of its 6n+2 (9n+2) layers, or raises ValueError naming the depth.
+    Here rather than with the network, so that the flags are checked before TensorFlow loads."""
+    if version not in ResNetVersion.values():
+        raise ValueError("ResNet version %r is not one of %s." % (version, ", ".join(ResNetVersion.values())))
+    per_unit = 9 if version == ResNetVersion.BOTTLENECK_V2 else 6
+    if num_layers < per_unit + 2 or (num_layers - 2) % per_unit:
+        examples = "29, 47, 164" if per_unit == 9 else "20, 32, 44, 56, 110"
+        raise ValueError(
+            "num_layers=%d is not %dn+2 for a %s ResNet: use one of %s ..." % (num_layers, per_unit, version, examples)
+        )
+    return (num_layers - 2) // per_unit
+
+
+def check_width(multiplier: float) -> float:
+    """Returns the width multiplier, or raises ValueError: the option-A shortcut pads half the new
+    channels on each side, so 16 x multiplier must be even (8 x multiplier a whole number)."""
+    if not multiplier > 0 or abs(8 * multiplier - round(8 * multiplier)) > 1e-9:
+        raise ValueError(
+            "width multiplier %s must be positive with 8 x it a whole number (e.g. 0.5, 1, 1.5, 2)." % multiplier
+        )
+    return multiplier
+
+
 # --group-depth: the airbench network's 3x3 convolutions per group: airbench94's 2, or airbench96's 3
 # (the last two inside a residual connection).
 GROUP_DEPTHS = (2, 3)

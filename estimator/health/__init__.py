@@ -13,6 +13,14 @@ The pictures they draw are ``estimator.reporting.pictures``'s; the data's manife
 the data: ``estimator.data.pipeline.Cifar10DataSet.verify``.
 """
 
-from estimator.health.monitor import EXIT_STATUS, EvalHealth, HealthHook, HealthMonitor, HealthStop
-
 __all__ = ["EXIT_STATUS", "EvalHealth", "HealthHook", "HealthMonitor", "HealthStop"]
+
+
+def __getattr__(name):
+    # The monitor's names, as before, loaded on first use: the flags (which read ``rules``) are checked
+    # before TensorFlow loads.
+    if name in __all__:
+        from estimator.health import monitor
+
+        return getattr(monitor, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

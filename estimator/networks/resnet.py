@@ -12,34 +12,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from estimator.common.options import ResNetVersion
+from estimator.common.options import ResNetVersion, check_depth, check_width  # noqa: F401 (the tutorial's names)
 from estimator.data import records as fmt
 from estimator.networks import layers
 
 VERSIONS = ResNetVersion.values()
-
-
-def check_depth(num_layers: int, version: str = "v1") -> int:
-    """Returns n, the residual units per stage, or raises ValueError naming the depth."""
-    if version not in VERSIONS:
-        raise ValueError("ResNet version %r is not one of %s." % (version, ", ".join(VERSIONS)))
-    per_unit = 9 if version == ResNetVersion.BOTTLENECK_V2 else 6
-    if num_layers < per_unit + 2 or (num_layers - 2) % per_unit:
-        examples = "29, 47, 164" if per_unit == 9 else "20, 32, 44, 56, 110"
-        raise ValueError(
-            "num_layers=%d is not %dn+2 for a %s ResNet: use one of %s ..." % (num_layers, per_unit, version, examples)
-        )
-    return (num_layers - 2) // per_unit
-
-
-def check_width(multiplier: float) -> float:
-    """Returns the width multiplier, or raises ValueError: the option-A shortcut pads half the new
-    channels on each side, so 16 x multiplier must be even (8 x multiplier a whole number)."""
-    if not multiplier > 0 or abs(8 * multiplier - round(8 * multiplier)) > 1e-9:
-        raise ValueError(
-            "width multiplier %s must be positive with 8 x it a whole number (e.g. 0.5, 1, 1.5, 2)." % multiplier
-        )
-    return multiplier
 
 
 class ResNetCifar10(layers.Network):

@@ -11,10 +11,10 @@ import math
 import shlex
 import sys
 
+from estimator.common import cluster as cluster_lib
 from estimator.common.cluster import Cluster
-from estimator.common.options import Choice, LrSchedule, Network, Precision, VariableStrategy
+from estimator.common.options import Choice, LrSchedule, Network, Precision, VariableStrategy, check_depth
 from estimator.data import records as fmt
-from estimator.networks import resnet
 from estimator.training import devices, recipes, schedules, settings
 from estimator.training.hparams import RETIRED, HParams
 from estimator.training.settings import flag_name
@@ -275,9 +275,20 @@ def flag_names() -> set:
     return set(build_parser()._option_string_actions)
 
 
-def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> None:
+def check_command_line(argv=None, environ=None) -> None:
+    """The trainer's flags parsed and checked before TensorFlow loads (all but the GPUs it sees): a bad one
+    ends the process at once with its one line and status 2, as ``config.parse`` would seconds later."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        validate(args, cluster_lib.from_environment(environ), gpus_visible=None)
+    except ValueError as e:
+        parser.error(str(e))
+
+
+def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible=None) -> None:
     """Raises ValueError naming the bad flag value and the fix: each value in its declared range, then
-    each rule between flags, by concern."""
+    each rule between flags, by concern. ``gpus_visible`` None: the GPUs are not checked."""
     for f, declared, _ in settings.declared(HParams):
         if declared.range is not None:
             declared.range.check(flag_name(f.name), getattr(args, f.name))
@@ -288,7 +299,7 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible: int) -> N
     _check_augmentation(args)
     _check_data_and_cluster(args, cluster)
     if args.network == Network.RESNET:  # last: the one rule the networks own
-        resnet.check_depth(args.num_layers, args.resnet_version)
+        check_depth(args.num_layers, args.resnet_version)
 
 
 def _check_length(args) -> None:
@@ -311,11 +322,11 @@ def _check_length(args) -> None:
             )
 
 
-def _check_devices(args, cluster: Cluster, gpus_visible: int) -> None:
+def _check_devices(args, cluster: Cluster, gpus_visible) -> None:
     """GPUs and CPU towers against what is visible; batches that split evenly; --precision auto on the CPU."""
     if args.num_gpus > 0 and args.num_cpu_towers > 0:
         raise ValueError("--num-cpu-towers %d is for CPU training: use it with --num-gpus 0." % args.num_cpu_towers)
-    if args.num_gpus > gpus_visible and cluster.task_type != "ps":
+    if gpus_visible is not None and args.num_gpus > gpus_visible and cluster.task_type != "ps":
         raise ValueError(
             "--num-gpus %d but %d GPU(s) are visible: pass --num-gpus %d (0 trains on the CPU)."
             % (args.num_gpus, gpus_visible, gpus_visible)
