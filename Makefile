@@ -45,11 +45,12 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 # Three workers on the 2 cores: each test runs one thread per op, and a worker waiting on a subprocess's start,
-# a server or PyPI leaves its core idle (the Zen 3's times with three and two: README).
+# a server or PyPI leaves its core idle (the Zen 3's times with three and two: README). loadgroup: a module
+# marked xdist_group runs on one worker, its module fixtures once.
 PYTEST_WORKERS ?= 3
 
 test: lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 # docs/training.md's flag table, made anew from the settings' declarations (a test holds it to them).
 docs: venv

@@ -55,12 +55,17 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_collection_modifyitems(config, items):
-    """``ONEDNN_MAX_CPU_ISA`` below AVX512_CORE_BF16 (``AVX2``: what an AVX2-only CPU does) leaves oneDNN no
+    """The slow tests first; and the bf16 tests skipped where oneDNN is held below bf16.
+
+    ``ONEDNN_MAX_CPU_ISA`` below AVX512_CORE_BF16 (``AVX2``: what an AVX2-only CPU does) leaves oneDNN no
     bf16 kernels, while TensorFlow 2.15, deciding from the CPU's flags, still asks for them and fails or
     aborts: tests that run bf16 kernels (``bf16_kernels``) cannot run there. On a real AVX2-only CPU they
     run (emulated), so they are skipped only under the variable."""
     from estimator.common import machine
 
+    # The slow tests first (a stable sort: a module's tests stay together, for its fixtures): the workers take
+    # the long jobs while the short tests are left to fill in behind them, rather than the reverse.
+    items.sort(key=lambda item: "slow" not in item.keywords)
     isa = machine.cpu_info()["isa"]
     if isa in machine.BF16_ISAS:
         return

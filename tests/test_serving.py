@@ -17,6 +17,9 @@ from estimator.training.hparams import HParams
 from estimator.training.model_fn import model_fn
 from tests.helpers import REPO, events, predict_records, run_job, run_module
 
+# One worker runs this module (make test: --dist loadgroup), so its finished job is trained once, not once a worker.
+pytestmark = pytest.mark.xdist_group("serving")
+
 FLAGS = (
     "--num-gpus 0 --num-layers 8 --train-batch-size 32 --eval-batch-size 100 "
     "--save-checkpoints-steps 20 --eval-throttle-secs 0 --batch-norm-decay 0.9 "
