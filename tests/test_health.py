@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator.common import logs, processes
+from estimator.common import logs, processes, tensor_names
 from estimator.data.convert import convert, read_archive
 from estimator.data.records import CLASS_NAMES
 from estimator.health import monitor as monitor_lib
@@ -214,7 +214,9 @@ def test_dead_relus_fire_through_the_hook_when_batch_norm_shifts_everything_belo
     params = hp(job_dir=str(tmp_path), train_batch_size=8, health_every_n_steps=1)
     with tf.Graph().as_default():
         v1.train.create_global_step()
-        spec = model_fn(tf.random.uniform([8, 32, 32, 3], 0, 255, seed=3), tf.range(8), MODES.TRAIN, params)
+        # As the Estimator builds it: after the step's read, which the hook fetches (the step before the update).
+        with tf.control_dependencies([tensor_names.global_step_read()]):
+            spec = model_fn(tf.random.uniform([8, 32, 32, 3], 0, 255, seed=3), tf.range(8), MODES.TRAIN, params)
         kill = [v1.assign(v, tf.fill(v.shape, -100.0)) for v in v1.global_variables() if v.op.name.endswith("beta")]
         monitor = monitor_lib.HealthMonitor(params)
         with v1.train.SingularMonitoredSession(hooks=[monitor_lib.HealthHook(monitor)]) as sess:

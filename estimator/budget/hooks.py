@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from estimator.budget.planner import BUDGET_FILE, Plan, Planner
-from estimator.common import durations, storage
+from estimator.common import durations, storage, tensor_names
 from estimator.training.schedules import plan_loader
 
 v1 = tf.compat.v1
@@ -20,7 +20,7 @@ class BudgetHook(v1.train.SessionRunHook):
         self._planner, self._job_dir, self._log = planner, job_dir, log
 
     def begin(self):
-        self._step = v1.train.get_global_step()
+        self._step = tensor_names.global_step_read()
         self._loader = plan_loader(v1.get_default_graph())
 
     def _load(self, session, plan: Plan):

@@ -15,3 +15,12 @@ IMAGE_SIZE = "image_size:0"
 # The variable scope of every network's variables, hence of every checkpoint's names ("resnet/fc/kernel"):
 # the tutorial's, kept for the airbench network too so that tools and job dirs read both alike.
 NETWORK_SCOPE = "resnet"
+
+
+def global_step_read():
+    """The global step as the Estimator reads it before a step (TensorFlow's own hooks fetch it): it builds every
+    op of ``model_fn`` after this read, so a hook's fetch is the step before the run's update. The variable
+    itself, fetched in the same run as the train op, races with the update."""
+    from tensorflow.python.training import training_util  # TensorFlow: the cloud tools read this module without it
+
+    return training_util._get_or_create_global_step_read()

@@ -149,7 +149,7 @@ class HealthHook(v1.train.SessionRunHook):
 
         graph = v1.get_default_graph()
         self._probes = probes.get(graph)
-        self._step = v1.train.get_global_step()
+        self._step = tensor_names.global_step_read()
         self._xent = graph.get_tensor_by_name(tensor_names.CROSS_ENTROPY)
         self._next_rule_step = None
         self._first_run = True

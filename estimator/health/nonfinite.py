@@ -51,7 +51,7 @@ class NonFiniteHook(v1.train.SessionRunHook):
         graph = v1.get_default_graph()
         self._loss = graph.get_tensor_by_name(tensor_names.TOTAL_LOSS)
         self._rate = graph.get_tensor_by_name(tensor_names.LEARNING_RATE)
-        self._step = v1.train.get_global_step()
+        self._step = tensor_names.global_step_read()
         found = v1.get_collection(GRADS_FINITE)
         self._flags, self._names = found if found else (None, None)
 

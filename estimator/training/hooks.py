@@ -36,7 +36,7 @@ class ProgressHook(v1.train.SessionRunHook):
     def begin(self):
 
         graph = v1.get_default_graph()
-        self._fetches = {"step": v1.train.get_global_step()}
+        self._fetches = {"step": tensor_names.global_step_read()}
         for key, name in (
             ("loss", tensor_names.TOTAL_LOSS),
             ("xent", tensor_names.CROSS_ENTROPY),
@@ -308,7 +308,7 @@ class SummaryMirrorHook(v1.train.SessionRunHook):
 
     def begin(self):
         self._summary = v1.summary.merge_all()
-        self._step = v1.train.get_global_step()
+        self._step = tensor_names.global_step_read()
         self._writer = v1.summary.FileWriterCache.get(self._log_dir)
         self._next = 0
 
