@@ -28,7 +28,7 @@ from estimator.budget import family
 from estimator.cloud import rehearsal, vertex_job, vertex_study
 from estimator.common import durations, processes
 from estimator.common.options import Network
-from estimator.training import recipes
+from estimator.training import flags, recipes
 from estimator.tuning import report, trial_flags
 from estimator.tuning import spec as spec_lib
 
@@ -192,8 +192,6 @@ def _job_config(kind: str, args, trainer_flags):
     notes = [cluster_note] if cluster_note else []
     if kind == "custom-job":
         return vertex_job.custom_job_spec(machines, trainer_flags, options), options, notes
-    from estimator.training import flags  # TensorFlow: here, so that --help and a refused config answer at once
-
     if "resumePreviousJobId" in (training_input.get("hyperparameters") or {}):
         raise spec_lib.SpecError(
             "trainingInput.hyperparameters.resumePreviousJobId: a Vertex AI tuning job cannot continue another "

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from estimator.common.cluster import Cluster
 from estimator.common.processes import TRAINER_MODULE as MODULE
-from estimator.training import recipes
+from estimator.training import flags, recipes
 from estimator.tuning import spec as spec_lib
 
 # Google's prebuilt TensorFlow training containers: those with tf.estimator (2.15 and older) reached their end
@@ -462,8 +462,6 @@ def parse_trainer_flags(args, cluster: Cluster, gpus_visible: int):
     Raises:
       SpecError: the trainer's own message.
     """
-    from estimator.training import flags  # TensorFlow: here, so that --help and a refused config answer at once
-
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):

@@ -26,6 +26,9 @@ import argparse
 import json
 import os
 
+import tensorflow as tf
+
+import estimator
 from estimator.common import cluster as cluster_lib
 from estimator.common import machine, storage
 from estimator.common.options import DataFormat, EvalPolicy, Network, Precision
@@ -192,10 +195,6 @@ def parse(argv=None, parser=None, environ=None, choose=None):
 
 def describe(hp: hparams_lib.HParams) -> dict:
     """What hparams.json records: the hyperparameters and the settings derived from them."""
-    import tensorflow as tf
-
-    import estimator
-
     schedule = hp.schedule
     return {
         "hparams": hp.to_dict(),

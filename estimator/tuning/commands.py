@@ -21,15 +21,15 @@ import sys
 
 from estimator.budget import family
 from estimator.common import processes
+from estimator.training import flags
 from estimator.tuning import report, trial_flags
 from estimator.tuning import spec as spec_lib
 
 
 def check_trainer_flags(trainer_flags, job_dir: str):
     """The trainer's own parsing and checks (data present, flags valid); returns (hparams, option strings)."""
-    # Here, not at the top: both import TensorFlow, which --help and a bad config do not need.
+    # Here, not at the top: it imports TensorFlow, which --help and a bad config do not need.
     from estimator.budget import job as budget_job
-    from estimator.training import flags
 
     if any(f == "--job-dir" or f.startswith("--job-dir=") for f in trainer_flags):
         raise spec_lib.SpecError("--job-dir goes before --: the study gives each trial its own directory.")
