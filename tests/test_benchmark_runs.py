@@ -124,3 +124,22 @@ def test_the_job_cost_benchmark_alternates_two_checkouts_in_their_own_directorie
     table = job_cost.medians(runs)
     assert sorted(table) == ["against", "this"] and sorted(table["this"]) == sorted(job_cost.KEYS)
     assert table["this"]["start_secs"] is None  # no log line
+
+
+def test_the_network_table_trains_every_recipe_for_fixed_epochs_without_its_budget_or_views(tmp_path):
+    from benchmarks import network_table
+
+    for recipe in network_table.RECIPE_OF_DEPTH.values():
+        with open(os.path.join(REPO, recipe)) as f:
+            assert "--time-budget" in f.read()
+        words = open(network_table.recipe_without_budget(os.path.join(REPO, recipe), str(tmp_path))).read().split()
+        assert not {"--time-budget", "--tta-fraction"} & set(words) and "--lr-schedule" in words
+    # The trainer takes what remains with the benchmark's own flags (a refused flag would fail every run).
+    from estimator.training import flags
+
+    parsed = flags.build_parser().parse_args(
+        ["@" + str(tmp_path / "cpu_5min.args"), "--data-dir", "d", "--job-dir", "j", "--network", "airbench"]
+        + ["--train-epochs", "4", "--no-eval-tta", "--no-eval-flip-tta", "--export", "false"]
+    )
+    flags.validate(parsed, flags.Cluster())
+    assert (parsed.train_epochs, parsed.time_budget, parsed.tta_fraction) == (4.0, None, 1.0)
