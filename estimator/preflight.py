@@ -19,6 +19,7 @@ logs.quiet_imports()
 with processes.imports_uncollected():
     from estimator.budget import job as budget_job
     from estimator.common import storage
+    from estimator.health import before_run
     from estimator.networks import registry
     from estimator.training import config, flags
 
@@ -57,7 +58,6 @@ def main(argv=None) -> int:
     logs.configure(logs.verbose_requested(argv))  # while the flags are resolved
     hp, output = parse(argv)
     logs.configure(hp.verbose)
-    from estimator.health import before_run
 
     print("Pre-flight checks of %s (%s, %s) on %s" % (registry.describe(hp), hp.precision, hp.data_format, hp.data_dir))
     print("%-32s %-6s  %s" % ("check", "result", "detail"))

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import tensorflow as tf
+
 from estimator.common.options import Network
 from estimator.networks import airbench
 from estimator.networks.resnet import ResNetCifar10
@@ -71,8 +73,6 @@ def build(hp, is_training: bool, precision: str = None, whitening=None, serving:
 def forward_flops(hp) -> int:
     """Floating-point operations of one 32-pixel image's forward pass through ``hp``'s network, counted
     by TensorFlow's profiler (a graph of its own; about a second)."""
-    import tensorflow as tf
-
     v1 = tf.compat.v1
     with tf.Graph().as_default() as graph:
         model = build(hp.replace(precision="fp32"), False, serving=True)

@@ -6,6 +6,8 @@ run's, so that its graph is the one its checkpoints were trained with, on any ma
 
 from __future__ import annotations
 
+import tensorflow as tf
+
 from estimator.common import tensor_names
 from estimator.data import records as fmt
 from estimator.networks import registry
@@ -17,8 +19,6 @@ def filter_gradient_plan(hp, cpu: dict, measure: bool = True) -> dict:
     session) at each image size training will see (``--progressive-resize``'s, else the full one), each
     candidate convolution's map timed on first use (cached in ``hp.probe_cache``), so that only the maps that
     occur are timed. ``measure`` False: from the cache alone, else the default rule."""
-    import tensorflow as tf
-
     # The largest images first: their maps decide the most sides of the smaller ones (``Measured``).
     sides = sorted({side for _, side in hp.image_sizes.changes()}, reverse=True) if hp.image_sizes else [fmt.HEIGHT]
     plan = filter_gradient.Measured(hp.probe_cache, cpu, measure=measure)
