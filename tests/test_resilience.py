@@ -199,31 +199,36 @@ def test_the_lock_on_gcs_holds_and_is_released(gcs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_saves_the_step_reached_and_the_same_command_resumes(mini_records, tmp_path, sig, code):
+def test_a_signal_saves_the_step_reached_and_the_same_command_resumes(mini_records, tmp_path):
+    """SIGTERM, then SIGINT to the resumed run: each ends it with its status and one line naming the checkpoint at
+    the step reached, and the same command resumes from the step after it, to the end."""
     job = str(tmp_path / "job")
     flags = ["--train-steps", "60", "--log-every-n-steps", "5", "--eval-policy", "final"]
-    first = start_trainer(mini_records, job, *flags)
-    lines, reader = faults.run_until(first, r"step 2\d/60")
-    first.send_signal(sig)
-    assert first.wait(timeout=60) == code
-    reader.join(timeout=10)
-    out = "".join(lines)
-    said = re.search(
-        r"interrupted by %s: stopped at step (\d+); checkpoint (\S+); no results\.json\. The same "
-        r"command resumes: python -m estimator\.cifar10_main" % signal.Signals(sig).name,
-        out,
-    )
-    assert said, out[-3000:]
-    step = int(said.group(1))
-    assert step >= faults.last_step(lines) >= 20 and said.group(2).endswith("model.ckpt-%d" % step)
-    assert not os.path.exists(os.path.join(job, "results.json")) and "Traceback" not in out
-    assert not os.path.exists(os.path.join(job, jobdir.LOCK_FILE))
+    resumed_from = None
+    for sig, code, reached in ((signal.SIGTERM, 143, 20), (signal.SIGINT, 130, 40)):
+        trainer = start_trainer(mini_records, job, *flags)
+        lines, reader = faults.run_until(trainer, r"step %d\d/60" % (reached // 10))
+        trainer.send_signal(sig)
+        assert trainer.wait(timeout=60) == code
+        reader.join(timeout=10)
+        out = "".join(lines)
+        if resumed_from is not None:  # the first progress line of a restart is its first step
+            assert re.search(r"step (\d+)/60", out).group(1) == str(resumed_from + 1), out[-3000:]
+        said = re.search(
+            r"interrupted by %s: stopped at step (\d+); checkpoint (\S+); no results\.json\. The same "
+            r"command resumes: python -m estimator\.cifar10_main" % signal.Signals(sig).name,
+            out,
+        )
+        assert said, out[-3000:]
+        resumed_from = int(said.group(1))
+        assert resumed_from >= faults.last_step(lines) >= reached, out[-3000:]
+        assert said.group(2).endswith("model.ckpt-%d" % resumed_from)
+        assert not os.path.exists(os.path.join(job, "results.json")) and "Traceback" not in out
+        assert not os.path.exists(os.path.join(job, jobdir.LOCK_FILE))
     again = start_trainer(mini_records, job, *flags)
     out, _ = again.communicate(timeout=600)
     assert again.returncode == 0, out[-3000:]
-    # The first progress line of the restart is its first step: the one after the checkpoint.
-    assert re.search(r"step (\d+)/60", out).group(1) == str(step + 1)
+    assert re.search(r"step (\d+)/60", out).group(1) == str(resumed_from + 1)
     assert json.load(open(os.path.join(job, "results.json")))["global_step"] == 60
 
 
