@@ -77,6 +77,7 @@ def test_flags_file(mini_records, tmp_path):
         (["--sync"], "drop --sync"),
         (["--use-distortion-for-training", "maybe"], "'maybe' is not a boolean"),
         (["--data-format", "NCHW"], "invalid choice: 'NCHW'"),
+        (["--optimizer", "auto"], "--optimizer auto chooses by the epochs a --time-budget affords: give a budget"),
     ],
 )
 def test_bad_flags_name_the_value_and_the_fix(mini_records, tmp_path, capsys, flags, message):
@@ -468,7 +469,7 @@ def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini
     assert set(recorded["hparams"]) - set(again) == {"ema_decay", "zero_init_residual"} | thresholds
     assert (recorded["hparams"]["ema_decay"], recorded["hparams"]["zero_init_residual"]) == (0.0, False)
     added = {"filter_gradients", "speed_probe", "save_summary_steps", "eval_examples", "optimizer"}
-    added |= {"muon_learning_rate", "muon_momentum", "tta_fraction"}
+    added |= {"muon_learning_rate", "muon_momentum", "tta_fraction", "optimizer_choice"}
     assert set(again) - set(recorded["hparams"]) == added
     # Its training graph builds from hparams.json alone, and the same flags restart it.
     with tf.Graph().as_default():

@@ -189,3 +189,39 @@ def test_a_muon_job_trains_saves_its_buffers_renormalises_and_resumes_them(mini_
     for name, before in saved.items():
         difference = resumed.get_tensor(name + "/Muon") - fresh.get_tensor(name + "/Muon")
         np.testing.assert_allclose(difference, 0.6 * before, rtol=1e-3, atol=1e-5)
+
+
+def test_optimizer_auto_takes_muon_below_its_epochs_and_a_restart_keeps_the_first_runs():
+    """--optimizer auto: the epochs the budget affords at the measured speed, as the plan counts its training time
+    (planner.training_secs); Muon below hparams.MUON_BELOW_EPOCHS, SGD from there or with no speed measured."""
+    from estimator.budget import choice, planner
+    from estimator.data import records as fmt
+    from estimator.training.hparams import MUON_BELOW_EPOCHS
+    from tests.helpers import hp as small_hp
+
+    base = small_hp(optimizer="auto", time_budget=300.0, num_train_examples=50000, train_batch_size=512)
+    base = base.replace(eval_examples={fmt.TEST: 10000, fmt.VALIDATION: 0}, train_subsets=(fmt.TRAIN, fmt.VALIDATION))
+
+    def at(rate):
+        speed = {"train": rate, "eval": 3 * rate, "how": "timed"}
+        return choice.choose_optimizer(base.replace(speed_probe=speed), {})
+
+    # The rate at which the budget's training time holds exactly MUON_BELOW_EPOCHS epochs (training_secs grows
+    # with the rate, as a faster network's end takes less): found by bisection, then either side of it.
+    low, high = 100.0, 10000.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        speed = {"train": middle, "eval": 3 * middle, "how": "timed"}
+        secs = planner.training_secs(300.0, middle, 10000, eval_speedup=planner.planned_eval_speedup(speed, False))
+        low, high = (middle, high) if secs * middle / 50000 < MUON_BELOW_EPOCHS else (low, middle)
+    slow, fast = at(0.99 * low), at(1.01 * high)
+    assert (slow.optimizer, fast.optimizer) == ("muon", "sgd")
+    assert slow.optimizer_choice["epochs"] < MUON_BELOW_EPOCHS <= fast.optimizer_choice["epochs"]
+    assert slow.optimizer_choice == {"optimizer": "muon", "epochs": slow.optimizer_choice["epochs"],
+                                     "muon_below_epochs": MUON_BELOW_EPOCHS}  # fmt: skip
+    # No speed measured (a budget too short to time anything): the original's optimizer.
+    none = choice.choose_optimizer(base.replace(speed_probe=None), {})
+    assert (none.optimizer, none.optimizer_choice["epochs"]) == ("sgd", None)
+    # A restart keeps the first run's choice, whatever the speed now: its checkpoints hold Muon's buffers.
+    again = choice.choose_optimizer(fast, {"optimizer": "muon", "optimizer_choice": slow.optimizer_choice})
+    assert again.optimizer == "muon" and again.optimizer_choice["kept_from_the_first_run"]

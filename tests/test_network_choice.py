@@ -226,7 +226,8 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     job = str(tmp_path / "job")
     flags = ["--data-dir", mini_records, "--job-dir", job] + (
         "--num-gpus 0 --network auto --train-batch-size 64 --eval-batch-size 339 --time-budget 40s "
-        "--lr-schedule onecycle --precision auto --eval-flip-tta --eval-tta --seed 1 --health-checks off"
+        "--lr-schedule onecycle --precision auto --eval-flip-tta --eval-tta --seed 1 --health-checks off "
+        "--optimizer auto"
     ).split()
     env = {"CIFAR10_CACHE_DIR": str(tmp_path / "cache")}
     code, out = run_main(*flags, env=env)
@@ -239,6 +240,13 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     assert (recorded["crop_padding"], recorded["cutout"]) == (member.crop_padding, member.cutout)
     assert {c["member"] for c in choice["candidates"]} == {m.name for m in family.MEMBERS}
     assert "--network auto: %s" % member.name in out
+    # --optimizer auto chose by the epochs the budget affords the chosen member, and said so (of the 4,068 images
+    # here, many: SGD; the choice itself at either side of its line: test_muon).
+    made = recorded["optimizer_choice"]
+    assert (
+        recorded["optimizer"] == made["optimizer"] == ("muon" if made["epochs"] < made["muon_below_epochs"] else "sgd")
+    )
+    assert "--optimizer auto: %s (%.1f epochs in the budget" % (made["optimizer"], made["epochs"]) in out
     # The job's last lines: what it reached, where its records and exports are, how to look at it.
     assert "Done: test accuracy " in out and "results:     %s/results.json" % job in out
     assert "exports:     %s/export/final/" % job in out and "TensorBoard: tensorboard --logdir %s" % job in out
@@ -255,6 +263,7 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     # resolves from the hparams.json this run wrote (a restart's training: tests/test_resilience.py).
     again, _ = budget_job.parse(flags, environ=env)
     assert again.network_choice["member"] == member.name and again.network_choice["kept_from_the_first_run"]
+    assert again.optimizer == made["optimizer"] and again.optimizer_choice["kept_from_the_first_run"]
 
 
 # fp32 training images/s of x0.375 and x0.75 against x0.5's, held to AVX2 on a Zen 5 (docs/speed.md).

@@ -1,4 +1,5 @@
-"""``--network auto``: the member of airbench's family a budget affords on this machine, in one call.
+"""``--network auto``: the member of airbench's family a budget affords on this machine, in one call; and
+``--optimizer auto``: Muon where that budget affords the network few epochs (``choose_optimizer``).
 
 ``choose_network`` times the family's reference member (``probes``), estimates the others from it
 (``family.estimated_rate``), times the training of those whose estimate leaves the choice open
@@ -10,7 +11,8 @@ choice keeps it.
 from __future__ import annotations
 
 from estimator.budget import family, planner, probes
-from estimator.common.options import Network, Precision
+from estimator.common.options import Network, Optimizer, Precision
+from estimator.training.hparams import MUON_BELOW_EPOCHS
 
 
 def choose_network(hp, earlier: dict, cpu: dict, given):
@@ -31,6 +33,26 @@ def choose_network(hp, earlier: dict, cpu: dict, given):
     if hp.precision == Precision.AUTO:  # chosen with the reference member: not timed again
         chosen_values.update(precision=record["precision"], precision_probe=probe)
     return chosen_values, speed
+
+
+def choose_optimizer(hp, earlier: dict):
+    """``--optimizer auto``: ``hp`` with Muon where its budget affords the network fewer than ``MUON_BELOW_EPOCHS``
+    epochs at the speed measured (``hp.speed_probe``; none measured: SGD), else SGD, and ``optimizer_choice``, the
+    record of why. A job dir keeps its first run's optimizer: its checkpoints hold that optimizer's slots."""
+    if earlier.get("optimizer_choice"):
+        record = dict(earlier["optimizer_choice"], kept_from_the_first_run=True)
+        return hp.replace(optimizer=Optimizer(record["optimizer"]), optimizer_choice=record)
+    epochs = None
+    if hp.speed_probe:
+        rate = hp.speed_probe["train"]
+        always, views = hp.evaluation_images()
+        speedup = planner.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
+        secs = planner.training_secs(hp.time_budget, rate, always, views, eval_speedup=speedup)
+        step_cost = hp.image_sizes.mean_cost(0.0, 1.0) if hp.image_sizes else 1.0
+        epochs = round(secs * rate / step_cost / max(1, hp.num_train_examples), 2)
+    optimizer = Optimizer.MUON if epochs is not None and epochs < MUON_BELOW_EPOCHS else Optimizer.SGD
+    record = {"optimizer": str(optimizer), "epochs": epochs, "muon_below_epochs": MUON_BELOW_EPOCHS}
+    return hp.replace(optimizer=optimizer, optimizer_choice=record)
 
 
 def _measure_and_choose(hp, cpu: dict, given: set):

@@ -17,7 +17,7 @@ from estimator.budget import choice, family, probes
 from estimator.budget import hooks as budget_hooks
 from estimator.budget import planner as planner_lib
 from estimator.common import durations, logs, processes
-from estimator.common.options import Network
+from estimator.common.options import Network, Optimizer
 from estimator.training import config
 from estimator.training import hooks as training_hooks
 
@@ -30,6 +30,8 @@ def choose(hp, recorded: dict, cpu: dict, given):
         chosen, speed = choice.choose_network(hp, recorded, cpu, given)
         hp = hp.replace(**chosen)
     hp = probes.measure_this_machine(probes.resolve_precision(hp, cpu), recorded, cpu, speed)
+    if hp.optimizer == Optimizer.AUTO:
+        hp = choice.choose_optimizer(hp, recorded)
     for line in choice_lines(hp):
         logs.info(line)
     return hp
@@ -62,6 +64,14 @@ def choice_lines(hp) -> list:
         )
         kept = " (kept from the job's first run)" if made.get("kept_from_the_first_run") else ""
         lines.append("--network auto: %s%s; %s: %s" % (made["member"], kept, made.get("why", ""), candidates))
+    made = hp.optimizer_choice
+    if made:
+        kept = " (kept from the job's first run)" if made.get("kept_from_the_first_run") else ""
+        epochs = "%.1f epochs" % made["epochs"] if made["epochs"] is not None else "no speed measured"
+        lines.append(
+            "--optimizer auto: %s%s (%s in the budget; muon below %g)"
+            % (made["optimizer"], kept, epochs, made["muon_below_epochs"])
+        )
     return lines
 
 

@@ -73,10 +73,12 @@ class LrSchedule(Choice):
 
 
 class Optimizer(Choice):
-    """--optimizer: SGD with momentum for every variable, or Muon for the convolution filters."""
+    """--optimizer: SGD with momentum for every variable, Muon for the convolution filters, or (auto, with
+    --time-budget) Muon where the budget affords few epochs."""
 
     SGD = "sgd"
     MUON = "muon"
+    AUTO = "auto"
 
 
 class LrScaling(Choice):

@@ -13,7 +13,7 @@ import sys
 
 from estimator.common import cluster as cluster_lib
 from estimator.common.cluster import Cluster
-from estimator.common.options import Choice, LrSchedule, Network, Precision, VariableStrategy, check_depth
+from estimator.common.options import Choice, LrSchedule, Network, Optimizer, Precision, VariableStrategy, check_depth
 from estimator.data import records as fmt
 from estimator.training import devices, recipes, schedules, settings
 from estimator.training.hparams import RETIRED, HParams
@@ -351,6 +351,11 @@ def _check_devices(args, cluster: Cluster, gpus_visible) -> None:
 def _check_budget(args, cluster: Cluster) -> None:
     """--time-budget plans the steps and the warm-up itself, with a schedule that ends at 0, in one process."""
     if args.time_budget is None:
+        if args.optimizer == Optimizer.AUTO:
+            raise ValueError(
+                "--optimizer auto chooses by the epochs a --time-budget affords: give a budget (e.g. --time-budget "
+                "5m), or name the optimizer (--optimizer sgd or muon)."
+            )
         return
     given = [f for f, v in (("--train-steps", args.train_steps), ("--train-epochs", args.train_epochs)) if v]
     if given:

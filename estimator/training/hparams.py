@@ -35,6 +35,10 @@ from estimator.health import rules
 from estimator.training import devices, recipes, schedules, settings
 from estimator.training.settings import NONNEGATIVE, POSITIVE, Range, flag_name, setting
 
+# --optimizer auto: Muon below this many epochs. Fixed epochs, airbench94 x0.5 bf16: Muon +4.4 points at 2, +1.4 at 4,
+# even at 8 (docs/training.md, "Muon").
+MUON_BELOW_EPOCHS = 6.0
+
 # The test evaluation's optional views: the mirror image (flip TTA: one more pass), then the 1-pixel
 # translations of both (TTA: four more).
 FLIP_VIEW, TRANSLATIONS_VIEW = "flip", "translations"
@@ -210,7 +214,8 @@ class HParams:
         "optimisation",
         "sgd: SGD with momentum for every variable (the original); muon: Muon for the convolution filters "
         "(orthogonalised Nesterov updates, the filters renormalised in place of weight decay; airbench94_muon), "
-        "SGD for the rest.",
+        "SGD for the rest; auto (with --time-budget): muon where the budget affords this machine fewer than %g "
+        "epochs of the network, where it learned more per epoch, else sgd." % MUON_BELOW_EPOCHS,
     )
     muon_learning_rate: float = setting(
         0.24,
@@ -395,6 +400,9 @@ class HParams:
     # record: the candidates, their estimated speed and epochs, the accuracy the table expects). A
     # restarted job keeps it. None: the network was named.
     network_choice: dict = None
+    # --optimizer auto: the epochs this network was expected to train in the budget, and the optimizer they chose
+    # (a restart keeps it: the checkpoint's slots are that optimizer's). None: the optimizer was named.
+    optimizer_choice: dict = None
     # --precision auto: images/s of each precision the probe timed ({} where the CPU ruled bf16 out).
     precision_probe: dict = None
     # bf16 training on the CPU: for each kernel shape of a convolution that may pay (ops/filter_gradient.py),
