@@ -80,12 +80,13 @@ def patch_spectrum(data: np.ndarray) -> list:
 
 def recipe_without_budget(recipe: str, path: str, network: str = "airbench") -> str:
     """The recipe's flags without ``--time-budget`` (a fixed number of epochs is given instead), and with
-    ``network`` for its ``--network auto``, which chooses for a budget and refuses to run without one."""
+    ``network`` for its ``--network auto``, which chooses for a budget and refuses to run without one; its
+    ``--optimizer auto`` (the same) left out: SGD, which a budget of that many epochs chooses."""
     lines = []
     with open(recipe) as f:
         for line in f:
             flag = line.strip().replace("=", " ").split()
-            if flag[:1] == ["--time-budget"]:
+            if flag[:1] == ["--time-budget"] or flag == ["--optimizer", "auto"]:
                 continue
             lines.append("--network %s\n" % network if flag == ["--network", "auto"] else line)
     with open(path, "w") as f:

@@ -57,6 +57,6 @@ def test_the_recipe_runs_without_its_budget(tmp_path):
     out = jpeg_cost.recipe_without_budget(str(recipe), str(tmp_path / "out.args"))
     assert open(out).read() == "# a comment\n--network airbench\n--seed 1\n\n"
     # --network auto chooses for a budget: without one it stands for the network named.
-    recipe.write_text("--network auto\n--time-budget 5m\n--network-auto-note\n")
+    recipe.write_text("--network auto\n--time-budget 5m\n--optimizer auto\n--network-auto-note\n")
     out = jpeg_cost.recipe_without_budget(str(recipe), str(tmp_path / "out.args"), "resnet")
     assert open(out).read() == "--network resnet\n--network-auto-note\n"
