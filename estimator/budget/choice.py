@@ -44,12 +44,9 @@ def choose_optimizer(hp, earlier: dict):
         return hp.replace(optimizer=Optimizer(record["optimizer"]), optimizer_choice=record)
     epochs = None
     if hp.speed_probe:
+        training_secs, step_cost = _training_time(hp, hp.speed_probe)
         rate = hp.speed_probe["train"]
-        always, views = hp.evaluation_images()
-        speedup = planner.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
-        secs = planner.training_secs(hp.time_budget, rate, always, views, eval_speedup=speedup)
-        step_cost = hp.image_sizes.mean_cost(0.0, 1.0) if hp.image_sizes else 1.0
-        epochs = round(secs * rate / step_cost / max(1, hp.num_train_examples), 2)
+        epochs = round(training_secs(rate) * rate / step_cost / max(1, hp.num_train_examples), 2)
     optimizer = Optimizer.MUON if epochs is not None and epochs < MUON_BELOW_EPOCHS else Optimizer.SGD
     record = {"optimizer": str(optimizer), "epochs": epochs, "muon_below_epochs": MUON_BELOW_EPOCHS}
     return hp.replace(optimizer=optimizer, optimizer_choice=record)
@@ -64,19 +61,22 @@ def _measure_and_choose(hp, cpu: dict, given: set):
     precision, probe, measured = _reference_speed(hp, cpu, measure)
     reference_speed = measured or dict(family.ASSUMED_REFERENCE_SPEED)
     rates = _estimated_rates(hp, given, precision, reference_speed, timed=bool(measured))
-    always, views = hp.evaluation_images()
-    eval_speedup = planner.planned_eval_speedup(reference_speed, on_gpu=bool(hp.num_gpus))
-
-    def training_secs(rate):  # each member's end at its own speed (the reference's evaluation ratio)
-        return planner.training_secs(hp.time_budget, rate, always, views, eval_speedup=eval_speedup)
-
-    step_cost = hp.image_sizes.mean_cost(0.0, 1.0) if hp.image_sizes else 1.0
+    training_secs, step_cost = _training_time(hp, reference_speed)
     if measure:
         for name in family.worth_timing(rates, hp.num_train_examples, training_secs, step_cost):
             rates[name] = (_timed_training_rate(hp, cpu, name, precision), family.TIMED)
     member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, training_secs, step_cost=step_cost)
     record["precision"] = str(precision)
     return member, record, probe, _chosen_speed(member.name, rates, reference_speed)
+
+
+def _training_time(hp, speed: dict):
+    """``(training_secs(rate), step_cost)``: the seconds of training ``hp``'s budget leaves a network of that
+    training images/s, its end at ``speed``'s evaluation ratio; and a step's mean cost at ``hp``'s image sizes."""
+    always, views = hp.evaluation_images()
+    eval_speedup = planner.planned_eval_speedup(speed, on_gpu=bool(hp.num_gpus))
+    step_cost = hp.image_sizes.mean_cost(0.0, 1.0) if hp.image_sizes else 1.0
+    return lambda rate: planner.training_secs(hp.time_budget, rate, always, views, eval_speedup=eval_speedup), step_cost
 
 
 def _member_hp(hp, member, precision):

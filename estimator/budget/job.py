@@ -3,7 +3,7 @@ while ``estimator.train.run`` trains. A job that asks for neither a budget nor a
 this package (``estimator.cifar10_main``).
 
 * ``choose(hp, recorded, cpu, given)``: ``--network auto`` (``choice``), ``--precision auto`` and the speeds a
-  ``--time-budget`` plans with (``probes``), each said in the log once;
+  ``--time-budget`` plans with (``probes``), then ``--optimizer auto`` (``choice``), each said in the log once;
 * ``BudgetedJob(hp)``: the planner (``planner``) and what runs it beside training (``hooks``): the progress
   line's plan, the hook that stops training, the checkpoints' timer, the test views that still fit, and
   results.json's record of the run's time.
@@ -48,8 +48,8 @@ def parse(argv=None, parser=None, environ=None):
 
 
 def choice_lines(hp) -> list:
-    """What ``--precision auto`` went by (its timings, or why nothing was timed) and ``--network auto``'s
-    choice (hparams.json's ``network_choice``), one line a decision."""
+    """What ``--precision auto`` went by (its timings, or why nothing was timed), ``--network auto``'s choice
+    (hparams.json's ``network_choice``) and ``--optimizer auto``'s (``optimizer_choice``), one line a decision."""
     lines = []
     if hp.precision_probe is not None:
         timed = ", ".join("%s %.0f" % kv for kv in sorted(hp.precision_probe.items()))
@@ -67,10 +67,9 @@ def choice_lines(hp) -> list:
     made = hp.optimizer_choice
     if made:
         kept = " (kept from the job's first run)" if made.get("kept_from_the_first_run") else ""
-        epochs = "%.1f epochs" % made["epochs"] if made["epochs"] is not None else "no speed measured"
+        epochs = "no speed measured" if made["epochs"] is None else "%.1f epochs in the budget" % made["epochs"]
         lines.append(
-            "--optimizer auto: %s%s (%s in the budget; muon below %g)"
-            % (made["optimizer"], kept, epochs, made["muon_below_epochs"])
+            "--optimizer auto: %s%s (%s; muon below %g)" % (made["optimizer"], kept, epochs, made["muon_below_epochs"])
         )
     return lines
 
