@@ -1,5 +1,6 @@
 """Names in the graph that several modules spell: the tensors hooks fetch by name (``model_fn`` names
-them; the hooks and health checks read them) and the network's variable scope, so they live below all.
+them; the hooks and health checks read them), the global step as hooks fetch it, and the network's variable
+scope, so they live below all.
 
 Not "loss": that name (and TensorBoard tag) is the Estimator's own.
 """
