@@ -121,16 +121,6 @@ def check_depth(num_layers: int, version: str = ResNetVersion.V1) -> int:
     return (num_layers - 2) // per_unit
 
 
-def check_width(multiplier: float) -> float:
-    """Returns the width multiplier, or raises ValueError: the option-A shortcut pads half the new
-    channels on each side, so 16 x multiplier must be even (8 x multiplier a whole number)."""
-    if not multiplier > 0 or abs(8 * multiplier - round(8 * multiplier)) > 1e-9:
-        raise ValueError(
-            "width multiplier %s must be positive with 8 x it a whole number (e.g. 0.5, 1, 1.5, 2)." % multiplier
-        )
-    return multiplier
-
-
 # --group-depth: the airbench network's 3x3 convolutions per group: airbench94's 2, or airbench96's 3
 # (the last two inside a residual connection).
 GROUP_DEPTHS = (2, 3)

@@ -12,11 +12,21 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from estimator.common.options import ResNetVersion, check_depth, check_width  # noqa: F401 (the tutorial's names)
+from estimator.common.options import ResNetVersion, check_depth
 from estimator.data import records as fmt
 from estimator.networks import layers
 
 VERSIONS = ResNetVersion.values()
+
+
+def check_width(multiplier: float) -> float:
+    """Returns the width multiplier, or raises ValueError: the option-A shortcut pads half the new
+    channels on each side, so 16 x multiplier must be even (8 x multiplier a whole number)."""
+    if not multiplier > 0 or abs(8 * multiplier - round(8 * multiplier)) > 1e-9:
+        raise ValueError(
+            "width multiplier %s must be positive with 8 x it a whole number (e.g. 0.5, 1, 1.5, 2)." % multiplier
+        )
+    return multiplier
 
 
 class ResNetCifar10(layers.Network):
