@@ -35,8 +35,8 @@ from estimator.health import rules
 from estimator.training import devices, recipes, schedules, settings
 from estimator.training.settings import NONNEGATIVE, POSITIVE, Range, flag_name, setting
 
-# --optimizer auto: Muon below this many epochs. Fixed epochs, airbench94 x0.5 bf16: Muon +4.4 points at 2, +1.4 at 4,
-# even at 8 (docs/training.md, "Muon").
+# --optimizer auto: Muon below this many epochs, where it learned more per epoch than SGD; from 8 they tied
+# (docs/training.md, "Muon").
 MUON_BELOW_EPOCHS = 6.0
 
 # The test evaluation's optional views: the mirror image (flip TTA: one more pass), then the 1-pixel
