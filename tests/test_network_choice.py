@@ -10,9 +10,10 @@ from estimator.budget import choice as network_choice
 from estimator.budget import family
 from estimator.budget import job as budget_job
 from estimator.common import durations
+from estimator.common.options import Optimizer
 from estimator.networks import registry
 from estimator.training import flags
-from estimator.training.hparams import HParams
+from estimator.training.hparams import MUON_BELOW_EPOCHS, HParams
 
 # A hand-made table: the small member learns fast and plateaus low, the large one needs epochs.
 TABLE = {
@@ -28,6 +29,44 @@ def test_expected_accuracy_is_interpolated_in_log_epochs_held_beyond_and_absent_
     assert family.expected_accuracy("airbench94", 100, TABLE) == 0.90  # no gain assumed past the table
     assert family.expected_accuracy("airbench96", 7.9, TABLE) is None  # not measured that short
     assert family.expected_accuracy("airbench94 x0.25", 4, TABLE) is None  # not in this table
+
+
+MUON = {"airbench94": ((1, 0.65), (4, 0.86))}
+
+
+def test_muons_table_where_measured_and_sgds_past_its_last_point():
+    def muon(name, epochs):
+        return family.expected_accuracy(name, epochs, TABLE, Optimizer.MUON, MUON)
+
+    assert muon("airbench94", 1) == 0.65 and muon("airbench94", 4) == 0.86
+    assert muon("airbench94", 16) == 0.90  # past Muon's last point: SGD's points (they tied at 8)
+    assert muon("airbench94", 8) == pytest.approx(0.88)  # halfway in log(epochs) between 0.86 and SGD's 0.90
+    assert muon("airbench94", 0.9) is None  # below its first measured epochs
+    assert muon("airbench94 x0.5", 4) == family.expected_accuracy("airbench94 x0.5", 4, TABLE) == 0.80  # unmeasured
+    assert family.expected_accuracy("airbench94", 4, TABLE, Optimizer.SGD, MUON) == 0.84
+
+
+def test_optimizer_auto_expects_each_member_by_the_optimizer_its_epochs_take():
+    """240 s at 800 and 220 images/s: x0.5's 3.84 epochs (SGD 0.794) against airbench94's 1.06 (SGD 0.556, Muon
+    0.803 by this table): SGD keeps x0.5; with Muon below 2 epochs airbench94's fewer epochs win."""
+    slow = {"airbench94 x0.5": (800.0, "timed"), "airbench94": (220.0, "timed")}
+    muon = {"airbench94": ((1, 0.80), (4, 0.88))}
+
+    def below_two(epochs):
+        return Optimizer.MUON if epochs < 2 else Optimizer.SGD
+
+    assert family.choose(300, slow, 50000, seconds(240), table=TABLE, muon_table=muon)[0].name == "airbench94 x0.5"
+    kw = dict(table=TABLE, optimizer_for=below_two, muon_table=muon)
+    member, record = family.choose(300, slow, 50000, seconds(240), **kw)
+    by_name = {c["member"]: c for c in record["candidates"]}
+    assert member.name == "airbench94" and by_name["airbench94"]["optimizer"] == "muon"
+    assert by_name["airbench94"]["expected_accuracy"] == 0.8031
+    assert by_name["airbench94 x0.5"]["optimizer"] == "sgd"
+    assert by_name["airbench94 x0.5"]["expected_accuracy"] == 0.7941
+    # The rule the choice goes by is --optimizer auto's own: Muon below MUON_BELOW_EPOCHS.
+    rule = network_choice.optimizer_for(HParams(data_dir="", job_dir="", optimizer="auto"))
+    assert rule(MUON_BELOW_EPOCHS - 0.01) == Optimizer.MUON and rule(MUON_BELOW_EPOCHS) == Optimizer.SGD
+    assert network_choice.optimizer_for(HParams(data_dir="", job_dir="", optimizer="muon"))(100) == Optimizer.MUON
 
 
 def seconds(train_secs):
@@ -125,6 +164,21 @@ def test_the_shipped_table_is_the_benchmarks():
         assert list(points) == sorted(points) and len(points) >= 2, m.name
         assert all(b[1] > a[1] - 0.005 for a, b in zip(points, points[1:])), m.name
     assert family.REFERENCE in family.TABLE
+
+
+def test_muons_table_is_the_mean_of_the_benchmarks_runs():
+    """family.MUON_TABLE holds the mean of the Muon runs at each member's epochs (benchmarks/results/
+    epochs_*muon*.json: ``benchmarks.network_table ... -- --optimizer muon``, any seed), and nothing else."""
+    from tests.helpers import REPO
+
+    runs = {}
+    for path in glob.glob(os.path.join(REPO, "benchmarks", "results", "epochs_*muon*.json")):
+        with open(path) as f:
+            for row in json.load(f)["rows"]:
+                assert row["extra_flags"][:2] == ["--optimizer", "muon"], path
+                runs.setdefault(row["member"], {}).setdefault(row["epochs"], []).append(row["accuracy"])
+    expected = {m: tuple(sorted((e, round(sum(a) / len(a), 4)) for e, a in by.items())) for m, by in runs.items()}
+    assert family.MUON_TABLE == expected and set(expected) <= {m.name for m in family.MEMBERS}
 
 
 def test_every_member_speed_measured_lies_within_the_spread_of_its_estimate():

@@ -1,5 +1,6 @@
 """``--network auto``: the member of airbench's family a budget affords on this machine, in one call; and
-``--optimizer auto``: Muon where that budget affords the network few epochs (``choose_optimizer``).
+``--optimizer auto``: Muon where that budget affords the network few epochs (``choose_optimizer``), each member
+expected by the table of the optimizer its epochs would take.
 
 ``choose_network`` times the family's reference member (``probes``), estimates the others from it
 (``family.estimated_rate``), times the training of those whose estimate leaves the choice open
@@ -42,14 +43,21 @@ def choose_optimizer(hp, earlier: dict):
     if earlier.get("optimizer_choice"):
         record = dict(earlier["optimizer_choice"], kept_from_the_first_run=True)
         return hp.replace(optimizer=Optimizer(record["optimizer"]), optimizer_choice=record)
-    epochs = None
+    epochs, optimizer = None, Optimizer.SGD
     if hp.speed_probe:
         training_secs, step_cost = _training_time(hp, hp.speed_probe)
         rate = hp.speed_probe["train"]
         epochs = round(training_secs(rate) * rate / step_cost / max(1, hp.num_train_examples), 2)
-    optimizer = Optimizer.MUON if epochs is not None and epochs < MUON_BELOW_EPOCHS else Optimizer.SGD
+        optimizer = optimizer_for(hp)(epochs)
     record = {"optimizer": str(optimizer), "epochs": epochs, "muon_below_epochs": MUON_BELOW_EPOCHS}
     return hp.replace(optimizer=optimizer, optimizer_choice=record)
+
+
+def optimizer_for(hp):
+    """``epochs -> the optimizer`` ``hp`` trains with in that many: ``--optimizer auto``'s rule, else the one named."""
+    if hp.optimizer == Optimizer.AUTO:
+        return lambda epochs: Optimizer.MUON if epochs < MUON_BELOW_EPOCHS else Optimizer.SGD
+    return lambda epochs: hp.optimizer
 
 
 def _measure_and_choose(hp, cpu: dict, given: set):
@@ -57,15 +65,19 @@ def _measure_and_choose(hp, cpu: dict, given: set):
     training of those whose estimate leaves the choice open (``family.worth_timing``), and lets
     ``family.choose`` pick. All cached per CPU.
     Returns ``(member, record, precision probe, the chosen member's speeds)``."""
-    measure = probes.affordable(hp.time_budget)
+    measure, optimizer = probes.affordable(hp.time_budget), optimizer_for(hp)
     precision, probe, measured = _reference_speed(hp, cpu, measure)
     reference_speed = measured or dict(family.ASSUMED_REFERENCE_SPEED)
     rates = _estimated_rates(hp, given, precision, reference_speed, timed=bool(measured))
     training_secs, step_cost = _training_time(hp, reference_speed)
     if measure:
-        for name in family.worth_timing(rates, hp.num_train_examples, training_secs, step_cost):
+        for name in family.worth_timing(
+            rates, hp.num_train_examples, training_secs, step_cost, optimizer_for=optimizer
+        ):
             rates[name] = (_timed_training_rate(hp, cpu, name, precision), family.TIMED)
-    member, record = family.choose(hp.time_budget, rates, hp.num_train_examples, training_secs, step_cost=step_cost)
+    member, record = family.choose(
+        hp.time_budget, rates, hp.num_train_examples, training_secs, step_cost=step_cost, optimizer_for=optimizer
+    )
     record["precision"] = str(precision)
     return member, record, probe, _chosen_speed(member.name, rates, reference_speed)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from estimator.common.options import Network, Precision, flag_name
+from estimator.common.options import Network, Optimizer, Precision, flag_name
 
 # The settings a member sets: its shape (given by hand, they narrow the family to the members of that
 # shape) and its augmentation (given by hand, they override the member's own).
@@ -83,6 +83,15 @@ TABLE = {
     "airbench94": ((1, 0.7067), (2, 0.8037), (4, 0.8573), (8, 0.8846), (16, 0.9021), (32, 0.904)),
     "airbench96": ((16, 0.8988), (41, 0.9129)),
 }
+# Muon's, where measured (benchmarks/results/epochs_*muon*.json, the mean of its seeds); past its last point the
+# SGD table's, as at 8 epochs they tied (docs/training.md, "Muon").
+MUON_TABLE = {
+    "airbench94 x0.25": ((1, 0.6995), (2, 0.7758), (4, 0.8044), (8, 0.826)),
+    "airbench94 x0.375": ((1, 0.7461), (2, 0.8066), (4, 0.833), (8, 0.8445)),
+    "airbench94 x0.5": ((1, 0.776), (2, 0.8153), (4, 0.8431), (8, 0.8595)),
+    "airbench94 x0.75": ((1, 0.7947), (2, 0.8359), (4, 0.8574), (8, 0.8747)),
+    "airbench94": ((1, 0.8098), (2, 0.8482), (4, 0.868)),
+}
 
 # The member timed at start-up; the others' speed is estimated from it by their multiply-adds and
 # efficiency, and timed only where the estimate leaves the choice open. Small enough to time in a few
@@ -111,10 +120,15 @@ def member(name: str) -> Member:
     raise ValueError("%r is not a member of the family: %s." % (name, ", ".join(m.name for m in MEMBERS)))
 
 
-def expected_accuracy(name: str, epochs: float, table=None):
-    """The accuracy ``TABLE`` expects of member ``name`` after ``epochs`` epochs, or None below its first
-    measured epochs, or with none (not a candidate there: nothing says how it does)."""
-    points = sorted((table or TABLE).get(name, ()))
+def expected_accuracy(name: str, epochs: float, table=None, optimizer=Optimizer.SGD, muon_table=None):
+    """The accuracy ``TABLE`` (``MUON_TABLE`` where measured, for ``optimizer`` muon) expects of member ``name`` after
+    ``epochs`` epochs, or None below its first measured epochs, or with none (not a candidate there: nothing says
+    how it does)."""
+    points = dict((table or TABLE).get(name, ()))
+    if optimizer == Optimizer.MUON:
+        muon = dict((muon_table or MUON_TABLE).get(name, ()))
+        points = {e: a for e, a in points.items() if e > max(muon, default=0)} | muon
+    points = sorted(points.items())
     if not points or epochs < points[0][0]:
         return None
     measured_epochs, accuracies = zip(*points)
@@ -140,7 +154,13 @@ def probe_batch(name: str, batch: int) -> int:
     return batch
 
 
-def worth_timing(rates, num_train_examples, training_secs, step_cost=1.0, table=None) -> list:
+def _expected(name: str, epochs: float, table=None, optimizer_for=None, muon_table=None) -> tuple:
+    """``(accuracy expected, optimizer)`` of member ``name`` after ``epochs`` epochs, as ``choose`` takes the rest."""
+    optimizer = optimizer_for(epochs) if optimizer_for else Optimizer.SGD
+    return expected_accuracy(name, epochs, table, optimizer, muon_table), optimizer
+
+
+def worth_timing(rates, num_train_examples, training_secs, step_cost=1.0, **tables) -> list:
     """The members whose speed is estimated (``rates``, as ``choose`` takes them) and that could still be
     the most accurate, or lose that place, if their speed were anywhere within ``ESTIMATE_SPREAD`` of the
     estimate: the ones worth timing, at most ``TIMED_AT_MOST``, those that could do best first. A member
@@ -149,7 +169,7 @@ def worth_timing(rates, num_train_examples, training_secs, step_cost=1.0, table=
 
     def accuracy(rate):
         epochs = training_secs(rate) * rate / step_cost / num_train_examples
-        value = expected_accuracy(name, epochs, table)
+        value = _expected(name, epochs, **tables)[0]
         return -1.0 if value is None else value
 
     bounds = {}
@@ -165,7 +185,7 @@ def worth_timing(rates, num_train_examples, training_secs, step_cost=1.0, table=
     return sorted(uncertain, key=lambda name: -bounds[name][1])[:TIMED_AT_MOST]
 
 
-def choose(budget_secs, rates, num_train_examples, training_secs, step_cost=1.0, table=None):
+def choose(budget_secs, rates, num_train_examples, training_secs, step_cost=1.0, **tables):
     """The member expected to be most accurate in ``budget_secs``, and the figures behind the choice.
 
     Args:
@@ -176,6 +196,8 @@ def choose(budget_secs, rates, num_train_examples, training_secs, step_cost=1.0,
       training_secs: ``images/s -> seconds`` of the budget left to train a member that fast
         (``planner.training_secs``: the start-up and the end's reserve at that speed left out).
       step_cost: the mean cost of a training step relative to a full-size one (``--progressive-resize``).
+      tables: ``table`` (SGD's, ``TABLE``), ``optimizer_for`` (``epochs -> the optimizer`` a member would train with
+        in that many; none: SGD) and ``muon_table`` (``MUON_TABLE``): what each member is expected by.
 
     Returns:
       ``(member, record)``: ``record`` (hparams.json's ``network_choice``) lists every candidate with
@@ -188,7 +210,7 @@ def choose(budget_secs, rates, num_train_examples, training_secs, step_cost=1.0,
         rate, how = rates[m.name]
         train_secs = training_secs(rate)
         epochs = train_secs * rate / step_cost / num_train_examples
-        expected = expected_accuracy(m.name, epochs, table)
+        expected, optimizer = _expected(m.name, epochs, **tables)
         candidates.append(
             {
                 "member": m.name,
@@ -197,6 +219,7 @@ def choose(budget_secs, rates, num_train_examples, training_secs, step_cost=1.0,
                 "training_secs": round(train_secs, 1),
                 "epochs": round(epochs, 2),
                 "expected_accuracy": None if expected is None else round(expected, 4),
+                "optimizer": str(optimizer),
             }
         )
     if not candidates:

@@ -60,6 +60,7 @@ def choice_lines(hp) -> list:
         candidates = "; ".join(
             "%(member)s %(images_per_sec).0f img/s (%(speed)s), %(epochs).1f epochs, " % c
             + ("expected %.2f%%" % (100 * c["expected_accuracy"]) if c["expected_accuracy"] else "not in the table")
+            + (" with muon" if c.get("optimizer") == Optimizer.MUON else "")
             for c in made.get("candidates", [])
         )
         kept = " (kept from the job's first run)" if made.get("kept_from_the_first_run") else ""
