@@ -63,6 +63,9 @@ def test_optimizer_auto_expects_each_member_by_the_optimizer_its_epochs_take():
     assert by_name["airbench94"]["expected_accuracy"] == 0.8031
     assert by_name["airbench94 x0.5"]["optimizer"] == "sgd"
     assert by_name["airbench94 x0.5"]["expected_accuracy"] == 0.7941
+    [line] = budget_job.choice_lines(HParams(data_dir="", job_dir="", network_choice=record))
+    assert "airbench94 220 img/s (timed), 1.1 epochs, expected 80.31% with muon" in line
+    assert "airbench94 x0.5 800 img/s (timed), 3.8 epochs, expected 79.41%;" in line
     # The rule the choice goes by is --optimizer auto's own: Muon below MUON_BELOW_EPOCHS.
     rule = network_choice.optimizer_for(HParams(data_dir="", job_dir="", optimizer="auto"))
     assert rule(MUON_BELOW_EPOCHS - 0.01) == Optimizer.MUON and rule(MUON_BELOW_EPOCHS) == Optimizer.SGD
