@@ -121,7 +121,8 @@ class HParams:
         "resnet: the 6n+2-layer ResNets of He et al. (--num-layers, --resnet-version); airbench: Keller Jordan's "
         "airbench94, which learns more per epoch of a short run; auto (with --time-budget): the member of "
         "airbench's family (widths 0.25 to 1, depth 2 or 3) expected to be most accurate in the epochs this "
-        "machine affords in the budget (--group-depth or --width-multiplier given by hand narrow the choice).",
+        "machine affords in the budget, by Muon's table where --optimizer auto would take it for those epochs "
+        "(--group-depth or --width-multiplier given by hand narrow the choice).",
         shapes=True,
     )
     num_layers: int = setting(44, "network", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...", shapes=True)
