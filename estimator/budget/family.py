@@ -91,6 +91,7 @@ MUON_TABLE = {
     "airbench94 x0.5": ((1, 0.776), (2, 0.8153), (4, 0.8431), (8, 0.8595)),
     "airbench94 x0.75": ((1, 0.7947), (2, 0.8359), (4, 0.8574), (8, 0.8747)),
     "airbench94": ((1, 0.8098), (2, 0.8482), (4, 0.868)),
+    "airbench96": ((16, 0.9009),),
 }
 
 # The member timed at start-up; the others' speed is estimated from it by their multiply-adds and
