@@ -47,7 +47,7 @@ def choose_optimizer(hp, earlier: dict):
     if hp.speed_probe:
         training_secs, step_cost = _training_time(hp, hp.speed_probe)
         rate = hp.speed_probe["train"]
-        epochs = round(training_secs(rate) * rate / step_cost / max(1, hp.num_train_examples), 2)
+        epochs = round(family.epochs_in(training_secs(rate), rate, hp.num_train_examples, step_cost), 2)
         optimizer = optimizer_for(hp)(epochs)
     record = {"optimizer": str(optimizer), "epochs": epochs, "muon_below_epochs": MUON_BELOW_EPOCHS}
     return hp.replace(optimizer=optimizer, optimizer_choice=record)

@@ -155,6 +155,11 @@ def probe_batch(name: str, batch: int) -> int:
     return batch
 
 
+def epochs_in(training_secs: float, rate: float, num_train_examples: int, step_cost: float = 1.0) -> float:
+    """Epochs a network of ``rate`` training images/s trains in ``training_secs`` at ``step_cost`` per step."""
+    return training_secs * rate / step_cost / max(1, num_train_examples)
+
+
 def _expected(name: str, epochs: float, table=None, optimizer_for=None, muon_table=None) -> tuple:
     """``(accuracy expected, optimizer)`` of member ``name`` after ``epochs`` epochs, as ``choose`` takes the rest."""
     optimizer = optimizer_for(epochs) if optimizer_for else Optimizer.SGD
@@ -169,7 +174,7 @@ def worth_timing(rates, num_train_examples, training_secs, step_cost=1.0, **tabl
     seconds (36 s for airbench94 on an AVX2-only EPYC) and change nothing."""
 
     def accuracy(rate):
-        epochs = training_secs(rate) * rate / step_cost / num_train_examples
+        epochs = epochs_in(training_secs(rate), rate, num_train_examples, step_cost)
         value = _expected(name, epochs, **tables)[0]
         return -1.0 if value is None else value
 
@@ -210,7 +215,7 @@ def choose(budget_secs, rates, num_train_examples, training_secs, step_cost=1.0,
             continue
         rate, how = rates[m.name]
         train_secs = training_secs(rate)
-        epochs = train_secs * rate / step_cost / num_train_examples
+        epochs = epochs_in(train_secs, rate, num_train_examples, step_cost)
         expected, optimizer = _expected(m.name, epochs, **tables)
         candidates.append(
             {

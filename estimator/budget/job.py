@@ -50,6 +50,10 @@ def parse(argv=None, parser=None, environ=None):
 def choice_lines(hp) -> list:
     """What ``--precision auto`` went by (its timings, or why nothing was timed), ``--network auto``'s choice
     (hparams.json's ``network_choice``) and ``--optimizer auto``'s (``optimizer_choice``), one line a decision."""
+
+    def kept(made):
+        return " (kept from the job's first run)" if made.get("kept_from_the_first_run") else ""
+
     lines = []
     if hp.precision_probe is not None:
         timed = ", ".join("%s %.0f" % kv for kv in sorted(hp.precision_probe.items()))
@@ -63,15 +67,12 @@ def choice_lines(hp) -> list:
             + (" with muon" if c.get("optimizer") == Optimizer.MUON else "")
             for c in made.get("candidates", [])
         )
-        kept = " (kept from the job's first run)" if made.get("kept_from_the_first_run") else ""
-        lines.append("--network auto: %s%s; %s: %s" % (made["member"], kept, made.get("why", ""), candidates))
+        lines.append("--network auto: %s%s; %s: %s" % (made["member"], kept(made), made.get("why", ""), candidates))
     made = hp.optimizer_choice
     if made:
-        kept = " (kept from the job's first run)" if made.get("kept_from_the_first_run") else ""
         epochs = "no speed measured" if made["epochs"] is None else "%.1f epochs in the budget" % made["epochs"]
-        lines.append(
-            "--optimizer auto: %s%s (%s; muon below %g)" % (made["optimizer"], kept, epochs, made["muon_below_epochs"])
-        )
+        below = made["muon_below_epochs"]
+        lines.append("--optimizer auto: %s%s (%s; muon below %g)" % (made["optimizer"], kept(made), epochs, below))
     return lines
 
 
