@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -98,15 +99,25 @@ def test_a_killed_worker_rejoins_a_killed_chief_resumes_and_the_evaluator_valida
     )
     with cluster:
         cluster.start()
+        # The chief is paused from its first step until the worker has rejoined, so that no CPU is fast
+        # enough to finish the 600 steps alone before the kills below.
+        cluster.wait_for("chief", 0, r"step \d+/\d+ ", timeout=120)
+        os.killpg(cluster.task("chief").process.pid, signal.SIGSTOP)
         cluster.wait_for("worker", 0, r"step \d+/\d+ ", timeout=120)
         first = cluster.task("worker")
         cluster.kill("worker", 0)  # SIGKILL mid-run
         assert first.process.returncode == -9
         cluster.start_task("worker", 0)
         cluster.wait_for("worker", 0, r"step \d+/\d+ ", timeout=120)  # it rejoined and trains
+        resumed = len(cluster.task("chief").lines)
+        os.killpg(cluster.task("chief").process.pid, signal.SIGCONT)
         # Logged once the checkpoint and its state file are written.
         cluster.wait_for(
-            "chief", 0, r"Calling checkpoint listeners after saving checkpoint (5\d|[1-9]\d\d)\.", timeout=180
+            "chief",
+            0,
+            r"Calling checkpoint listeners after saving checkpoint (5\d|[1-9]\d\d)\.",
+            timeout=180,
+            after=resumed,
         )
         cluster.kill("chief", 0)
         # What a restart must restore: the checkpoint the state file names (a

@@ -161,18 +161,19 @@ class LocalCluster(object):
     def kill(self, role: str, index: int = 0, sig=signal.SIGKILL) -> None:
         processes.stop_group(self.task(role, index).process, sig=sig)
 
-    def wait_for(self, role: str, index: int, pattern: str, timeout: float) -> re.Match:
-        """Waits until a task's output matches ``pattern``; raises ClusterError on timeout or exit."""
+    def wait_for(self, role: str, index: int, pattern: str, timeout: float, after: int = 0) -> re.Match:
+        """Waits until a task's output from its line ``after`` on matches ``pattern``; raises ClusterError
+        on timeout or exit."""
         deadline = time.time() + timeout
         regex = re.compile(pattern)
         while time.time() < deadline:
             task = self.task(role, index)
-            match = regex.search(task.log())
+            match = regex.search("".join(task.lines[after:]))
             if match:
                 return match
             if task.process.poll() is not None:
                 task.join_output()
-                match = regex.search(task.log())
+                match = regex.search("".join(task.lines[after:]))
                 if match:
                     return match
                 raise ClusterError(
