@@ -165,11 +165,11 @@ def test_a_muon_job_trains_saves_its_buffers_renormalises_and_resumes_them(mini_
         weight, buffer = reader.get_tensor(name), reader.get_tensor(name + "/Muon")
         assert np.abs(buffer).max() > 0
         # Renormalised to sqrt(out), then one step of at most the rate (an update of norm about sqrt(min side)).
-        assert abs(np.linalg.norm(weight) - np.sqrt(weight.shape[-1])) < 0.24 * np.sqrt(weight.shape[-1]) + 1e-6
+        assert abs(np.linalg.norm(weight) - np.sqrt(weight.shape[-1])) < 0.12 * np.sqrt(weight.shape[-1]) + 1e-6
     rates = [value for _, value in events(job).get("train/muon_learning_rate", [])]
-    assert rates and rates[0] == pytest.approx(0.24, rel=0.1) and all(a >= b for a, b in zip(rates, rates[1:]))
+    assert rates and rates[0] == pytest.approx(0.12, rel=0.1) and all(a >= b for a, b in zip(rates, rates[1:]))
     hparams = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
-    assert (hparams["optimizer"], hparams["muon_learning_rate"], hparams["muon_momentum"]) == ("muon", 0.24, 0.6)
+    assert (hparams["optimizer"], hparams["muon_learning_rate"], hparams["muon_momentum"]) == ("muon", 0.12, 0.6)
     # A restart resumes the buffers: the same restart from a copy of the step-30 checkpoint whose buffers are
     # zeroed differs by exactly the momentum times the saved buffer (the same weights, batch and gradient).
     saved = {n: reader.get_tensor(n + "/Muon") for n in filters}
@@ -196,7 +196,7 @@ def test_optimizer_auto_takes_muon_below_its_epochs_and_a_restart_keeps_the_firs
     (planner.training_secs); Muon below hparams.MUON_BELOW_EPOCHS, SGD from there or with no speed measured."""
     from estimator.budget import choice, planner
     from estimator.data import records as fmt
-    from estimator.training.hparams import MUON_BELOW_EPOCHS
+    from estimator.training.hparams import MUON_BELOW_EPOCHS, MUON_SHORT_BELOW_EPOCHS, MUON_SHORT_RATE
     from tests.helpers import hp as small_hp
 
     base = small_hp(optimizer="auto", time_budget=300.0, num_train_examples=50000, train_batch_size=512)
@@ -218,7 +218,16 @@ def test_optimizer_auto_takes_muon_below_its_epochs_and_a_restart_keeps_the_firs
     assert (slow.optimizer, fast.optimizer) == ("muon", "sgd")
     assert slow.optimizer_choice["epochs"] < MUON_BELOW_EPOCHS <= fast.optimizer_choice["epochs"]
     assert slow.optimizer_choice == {"optimizer": "muon", "epochs": slow.optimizer_choice["epochs"],
-                                     "muon_below_epochs": MUON_BELOW_EPOCHS}  # fmt: skip
+                                     "muon_below_epochs": MUON_BELOW_EPOCHS, "muon_learning_rate": 0.12}  # fmt: skip
+    # Below MUON_SHORT_BELOW_EPOCHS (half the epochs: half the speed, nearly), airbench94_muon's own rate, unless
+    # the rate is given; and a restart keeps the rate its first run took.
+    short = at(0.45 * low)
+    assert short.optimizer_choice["epochs"] < MUON_SHORT_BELOW_EPOCHS < slow.optimizer_choice["epochs"]
+    assert (short.muon_learning_rate, short.optimizer_choice["muon_learning_rate"]) == (MUON_SHORT_RATE, 0.24)
+    speed = {"train": 0.45 * low, "eval": 1.35 * low, "how": "timed"}
+    given = choice.choose_optimizer(base.replace(speed_probe=speed, muon_learning_rate=0.1), {}, {"muon_learning_rate"})
+    assert (given.muon_learning_rate, given.optimizer_choice["muon_learning_rate"]) == (0.1, 0.1)
+    assert choice.choose_optimizer(base, {"optimizer_choice": short.optimizer_choice}).muon_learning_rate == 0.24
     # No speed measured (a budget too short to time anything): the original's optimizer.
     none = choice.choose_optimizer(base.replace(speed_probe=None), {})
     assert (none.optimizer, none.optimizer_choice["epochs"]) == ("sgd", None)

@@ -13,7 +13,7 @@ from estimator.common import durations
 from estimator.common.options import Optimizer
 from estimator.networks import registry
 from estimator.training import flags
-from estimator.training.hparams import MUON_BELOW_EPOCHS, HParams
+from estimator.training.hparams import MUON_BELOW_EPOCHS, MUON_SHORT_BELOW_EPOCHS, MUON_SHORT_RATE, HParams
 
 # A hand-made table: the small member learns fast and plateaus low, the large one needs epochs.
 TABLE = {
@@ -170,16 +170,25 @@ def test_the_shipped_table_is_the_benchmarks():
 
 
 def test_muons_table_is_the_mean_of_the_benchmarks_runs():
-    """family.MUON_TABLE holds the mean of the Muon runs at each member's epochs (benchmarks/results/
-    epochs_*muon*.json: ``benchmarks.network_table ... -- --optimizer muon``, any seed), and nothing else."""
+    """family.MUON_TABLE holds the mean of the Muon runs (benchmarks/results/epochs_*muon*.json: ``benchmarks.
+    network_table ... -- --optimizer muon``, any seed) at each member's epochs, each at the rate --optimizer auto
+    takes for them (MUON_SHORT_RATE below MUON_SHORT_BELOW_EPOCHS, else the default), and nothing else."""
     from tests.helpers import REPO
 
-    runs = {}
+    runs, rates = {}, set()
     for path in glob.glob(os.path.join(REPO, "benchmarks", "results", "epochs_*muon*.json")):
         with open(path) as f:
             for row in json.load(f)["rows"]:
-                assert row["extra_flags"][:2] == ["--optimizer", "muon"], path
-                runs.setdefault(row["member"], {}).setdefault(row["epochs"], []).append(row["accuracy"])
+                flags = row["extra_flags"]
+                assert flags[:2] == ["--optimizer", "muon"], path
+                # Rows that name no rate ran at the default of their day, airbench94_muon's 0.24.
+                named = "--muon-learning-rate" in flags
+                rate = float(flags[flags.index("--muon-learning-rate") + 1]) if named else MUON_SHORT_RATE
+                rates.add(rate)
+                short = row["epochs"] < MUON_SHORT_BELOW_EPOCHS
+                if rate == (MUON_SHORT_RATE if short else HParams.muon_learning_rate):
+                    runs.setdefault(row["member"], {}).setdefault(row["epochs"], []).append(row["accuracy"])
+    assert {MUON_SHORT_RATE, HParams.muon_learning_rate} <= rates  # the rates compared (docs/training.md, "Muon")
     expected = {m: tuple(sorted((e, round(sum(a) / len(a), 4)) for e, a in by.items())) for m, by in runs.items()}
     assert family.MUON_TABLE == expected and set(expected) <= {m.name for m in family.MEMBERS}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from estimator.budget import family, planner, probes
 from estimator.common.options import Network, Optimizer, Precision
-from estimator.training.hparams import MUON_BELOW_EPOCHS
+from estimator.training.hparams import MUON_BELOW_EPOCHS, MUON_SHORT_BELOW_EPOCHS, MUON_SHORT_RATE
 
 
 def choose_network(hp, earlier: dict, cpu: dict, given):
@@ -36,12 +36,15 @@ def choose_network(hp, earlier: dict, cpu: dict, given):
     return chosen_values, speed
 
 
-def choose_optimizer(hp, earlier: dict):
+def choose_optimizer(hp, earlier: dict, given=frozenset()):
     """``--optimizer auto``: ``hp`` with Muon where its budget affords the network fewer than ``MUON_BELOW_EPOCHS``
     epochs at the speed measured (``hp.speed_probe``; none measured: SGD), else SGD, and ``optimizer_choice``, the
-    record of why. A job dir keeps its first run's optimizer: its checkpoints hold that optimizer's slots."""
+    record of why; below ``MUON_SHORT_BELOW_EPOCHS`` at ``MUON_SHORT_RATE`` unless ``given`` names the rate. A job
+    dir keeps its first run's optimizer and rate: its checkpoints hold that optimizer's slots."""
     if earlier.get("optimizer_choice"):
         record = dict(earlier["optimizer_choice"], kept_from_the_first_run=True)
+        rate = record.get("muon_learning_rate") if "muon_learning_rate" not in given else None
+        hp = hp.replace(muon_learning_rate=rate) if rate else hp
         return hp.replace(optimizer=Optimizer(record["optimizer"]), optimizer_choice=record)
     epochs, optimizer = None, Optimizer.SGD
     if hp.speed_probe:
@@ -50,6 +53,10 @@ def choose_optimizer(hp, earlier: dict):
         epochs = round(family.epochs_in(training_secs(rate), rate, hp.num_train_examples, step_cost), 2)
         optimizer = optimizer_for(hp)(epochs)
     record = {"optimizer": str(optimizer), "epochs": epochs, "muon_below_epochs": MUON_BELOW_EPOCHS}
+    if optimizer == Optimizer.MUON:
+        if epochs < MUON_SHORT_BELOW_EPOCHS and "muon_learning_rate" not in given:
+            hp = hp.replace(muon_learning_rate=MUON_SHORT_RATE)
+        record["muon_learning_rate"] = hp.muon_learning_rate
     return hp.replace(optimizer=optimizer, optimizer_choice=record)
 
 

@@ -83,15 +83,14 @@ TABLE = {
     "airbench94": ((1, 0.7067), (2, 0.8037), (4, 0.8573), (8, 0.8846), (16, 0.9021), (32, 0.904)),
     "airbench96": ((16, 0.8988), (41, 0.9129)),
 }
-# Muon's, where measured (benchmarks/results/epochs_*muon*.json, the mean of its seeds); past its last point the
-# SGD table's, as at 8 epochs they tied (docs/training.md, "Muon").
+# Muon's, where measured (benchmarks/results/epochs_*muon*.json, the mean of its seeds), at the rate --optimizer
+# auto takes for those epochs (hparams.MUON_SHORT_RATE below MUON_SHORT_BELOW_EPOCHS); past its last point SGD's.
 MUON_TABLE = {
-    "airbench94 x0.25": ((1, 0.6995), (2, 0.7758), (4, 0.8044), (8, 0.826)),
-    "airbench94 x0.375": ((1, 0.7461), (2, 0.8066), (4, 0.833), (8, 0.8445)),
-    "airbench94 x0.5": ((1, 0.776), (2, 0.8153), (4, 0.8431), (8, 0.8595)),
-    "airbench94 x0.75": ((1, 0.7947), (2, 0.8359), (4, 0.8574), (8, 0.8747)),
-    "airbench94": ((1, 0.8098), (2, 0.8482), (4, 0.868)),
-    "airbench96": ((16, 0.9009),),
+    "airbench94 x0.25": ((1, 0.6995), (2, 0.7758), (4, 0.8044), (8, 0.8208), (16, 0.8415)),
+    "airbench94 x0.375": ((1, 0.7461), (2, 0.8066), (4, 0.833), (8, 0.8531), (16, 0.8615)),
+    "airbench94 x0.5": ((1, 0.776), (2, 0.8153), (4, 0.8431), (8, 0.8651), (16, 0.8776)),
+    "airbench94 x0.75": ((1, 0.7947), (2, 0.8359), (4, 0.8574), (8, 0.88), (16, 0.8906)),
+    "airbench94": ((1, 0.8098), (2, 0.8482), (4, 0.868), (8, 0.8901)),
 }
 
 # The member timed at start-up; the others' speed is estimated from it by their multiply-adds and

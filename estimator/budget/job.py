@@ -31,7 +31,7 @@ def choose(hp, recorded: dict, cpu: dict, given):
         hp = hp.replace(**chosen)
     hp = probes.measure_this_machine(probes.resolve_precision(hp, cpu), recorded, cpu, speed)
     if hp.optimizer == Optimizer.AUTO:
-        hp = choice.choose_optimizer(hp, recorded)
+        hp = choice.choose_optimizer(hp, recorded, given)
     for line in choice_lines(hp):
         logs.info(line)
     return hp
@@ -71,8 +71,11 @@ def choice_lines(hp) -> list:
     made = hp.optimizer_choice
     if made:
         epochs = "no speed measured" if made["epochs"] is None else "%.1f epochs in the budget" % made["epochs"]
-        below = made["muon_below_epochs"]
-        lines.append("--optimizer auto: %s%s (%s; muon below %g)" % (made["optimizer"], kept(made), epochs, below))
+        below, rate = made["muon_below_epochs"], made.get("muon_learning_rate")
+        at = " at rate %g" % rate if rate else ""
+        lines.append(
+            "--optimizer auto: %s%s%s (%s; muon below %g)" % (made["optimizer"], at, kept(made), epochs, below)
+        )
     return lines
 
 

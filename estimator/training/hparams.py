@@ -35,9 +35,10 @@ from estimator.health import rules
 from estimator.training import devices, recipes, schedules, settings
 from estimator.training.settings import NONNEGATIVE, POSITIVE, Range, flag_name, setting
 
-# --optimizer auto: Muon below this many epochs, where it learned more per epoch than SGD; from 8 they tied
-# (docs/training.md, "Muon").
-MUON_BELOW_EPOCHS = 6.0
+# --optimizer auto: Muon below MUON_BELOW_EPOCHS (at batch 512 it led SGD at 8 epochs and tied at 16), at
+# airbench94_muon's own rate below MUON_SHORT_BELOW_EPOCHS, where it led the default's (docs/training.md, "Muon").
+MUON_BELOW_EPOCHS = 12.0
+MUON_SHORT_RATE, MUON_SHORT_BELOW_EPOCHS = 0.24, 6.0
 
 # The test evaluation's optional views: the mirror image (flip TTA: one more pass), then the 1-pixel
 # translations of both (TTA: four more).
@@ -216,12 +217,14 @@ class HParams:
         "sgd: SGD with momentum for every variable (the original); muon: Muon for the convolution filters "
         "(orthogonalised Nesterov updates, the filters renormalised in place of weight decay; airbench94_muon), "
         "SGD for the rest; auto (with --time-budget): muon where the budget affords this machine fewer than %g "
-        "epochs of the network, where it learned more per epoch, else sgd." % MUON_BELOW_EPOCHS,
+        "epochs of the network, where it learned more per epoch (below %g at --muon-learning-rate %g unless given), "
+        "else sgd." % (MUON_BELOW_EPOCHS, MUON_SHORT_BELOW_EPOCHS, MUON_SHORT_RATE),
     )
     muon_learning_rate: float = setting(
-        0.24,
+        0.12,
         "optimisation",
-        "--optimizer muon: the filters' rate, decaying linearly to 0 over the plan.",
+        "--optimizer muon: the filters' rate, decaying linearly to 0 over the plan (airbench94_muon's 0.24 is "
+        'for batch 2000; 0.12 learned most at the recipes\' 512: docs/training.md, "Muon").',
         range=POSITIVE,
     )
     muon_momentum: float = setting(
