@@ -312,7 +312,9 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     assert (
         recorded["optimizer"] == made["optimizer"] == ("muon" if made["epochs"] < made["muon_below_epochs"] else "sgd")
     )
-    assert "--optimizer auto: %s (%.1f epochs in the budget" % (made["optimizer"], made["epochs"]) in out
+    at = " at rate %g" % made["muon_learning_rate"] if made["optimizer"] == "muon" else ""
+    assert "--optimizer auto: %s%s (%.1f epochs in the budget" % (made["optimizer"], at, made["epochs"]) in out
+    assert made.get("muon_learning_rate") == (recorded["muon_learning_rate"] if made["optimizer"] == "muon" else None)
     # The job's last lines: what it reached, where its records and exports are, how to look at it.
     assert "Done: test accuracy " in out and "results:     %s/results.json" % job in out
     assert "exports:     %s/export/final/" % job in out and "TensorBoard: tensorboard --logdir %s" % job in out
