@@ -43,8 +43,10 @@ def choose_optimizer(hp, earlier: dict, given=frozenset()):
     dir keeps its first run's optimizer and rate: its checkpoints hold that optimizer's slots."""
     if earlier.get("optimizer_choice"):
         record = dict(earlier["optimizer_choice"], kept_from_the_first_run=True)
-        rate = record.get("muon_learning_rate") if "muon_learning_rate" not in given else None
-        hp = hp.replace(muon_learning_rate=rate) if rate else hp
+        if record["optimizer"] == Optimizer.MUON and "muon_learning_rate" not in given:
+            # The rate the first run trained with (its hparams.json's, where its record predates the key).
+            first = record.get("muon_learning_rate", earlier.get("muon_learning_rate"))
+            hp = hp.replace(muon_learning_rate=first or hp.muon_learning_rate)
         return hp.replace(optimizer=Optimizer(record["optimizer"]), optimizer_choice=record)
     epochs, optimizer = None, Optimizer.SGD
     if hp.speed_probe:

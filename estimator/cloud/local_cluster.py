@@ -84,8 +84,9 @@ class Task(object):
                     self._out.write("[%s] %s" % (self.name, line))
                     self._out.flush()
 
-    def log(self) -> str:
-        return "".join(self.lines)
+    def log(self, after: int = 0) -> str:
+        """The output from line ``after`` on."""
+        return "".join(self.lines[after:])
 
     def join_output(self, timeout=5):
         self._reader.join(timeout)
@@ -168,12 +169,12 @@ class LocalCluster(object):
         regex = re.compile(pattern)
         while time.time() < deadline:
             task = self.task(role, index)
-            match = regex.search("".join(task.lines[after:]))
+            match = regex.search(task.log(after))
             if match:
                 return match
             if task.process.poll() is not None:
                 task.join_output()
-                match = regex.search("".join(task.lines[after:]))
+                match = regex.search(task.log(after))
                 if match:
                     return match
                 raise ClusterError(
