@@ -212,7 +212,7 @@ def test_optimizer_auto_takes_muon_below_its_epochs_and_a_restart_keeps_the_firs
     for _ in range(60):
         middle = (low + high) / 2
         speed = {"train": middle, "eval": 3 * middle, "how": "timed"}
-        secs = planner.training_secs(300.0, middle, 10000, eval_speedup=planner.planned_eval_speedup(speed, False))
+        secs = planner.training_secs(300.0, middle, 10000, eval_speedup=planner.planned_eval_speedup(speed))
         low, high = (middle, high) if secs * middle / 50000 < MUON_BELOW_EPOCHS else (low, middle)
     slow, fast = at(0.99 * low), at(1.01 * high)
     assert (slow.optimizer, fast.optimizer) == ("muon", "sgd")

@@ -299,9 +299,9 @@ def test_the_training_a_budget_leaves_a_network_is_its_own_end_at_its_speed():
     assert time_budget.training_secs(300.0, 800.0, 10000, eval_speedup=4.0) == pytest.approx(277.175)
     assert time_budget.training_secs(10.0, 800.0, 10000, eval_speedup=4.0) == 0.0
     # The evaluation's ratio as the plan takes it: the measured one with a margin, else the device's guess.
-    assert time_budget.planned_eval_speedup({"train": 500.0, "eval": 2000.0}, on_gpu=False) == pytest.approx(3.6)
-    assert time_budget.planned_eval_speedup(None, on_gpu=False) == time_budget.CPU_EVAL_SPEEDUP == 3.0
-    assert time_budget.planned_eval_speedup({}, on_gpu=True) == time_budget.EVAL_SPEEDUP == 4.0
+    assert time_budget.planned_eval_speedup({"train": 500.0, "eval": 2000.0}) == pytest.approx(3.6)
+    assert time_budget.planned_eval_speedup(None) == time_budget.planned_eval_speedup({}) == time_budget.EVAL_SPEEDUP
+    assert time_budget.EVAL_SPEEDUP == 3.0
 
 
 def test_tta_views_are_planned_within_the_ends_share_and_dropped_when_they_no_longer_fit():

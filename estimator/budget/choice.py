@@ -95,7 +95,7 @@ def _training_time(hp, speed: dict):
     """``(training_secs(rate), step_cost)``: the seconds of training ``hp``'s budget leaves a network of that
     training images/s, its end at ``speed``'s evaluation ratio; and a step's mean cost at ``hp``'s image sizes."""
     always, views = hp.evaluation_images()
-    eval_speedup = planner.planned_eval_speedup(speed, on_gpu=bool(hp.num_gpus))
+    eval_speedup = planner.planned_eval_speedup(speed)
     step_cost = hp.image_sizes.mean_cost(0.0, 1.0) if hp.image_sizes else 1.0
     return lambda rate: planner.training_secs(hp.time_budget, rate, always, views, eval_speedup=eval_speedup), step_cost
 

@@ -46,23 +46,18 @@ class BudgetHook(v1.train.SessionRunHook):
         plan = planner.after_step(step)
         if plan is not None:
             self._load(run_context.session, plan)
+            what = "re-planned" if len(planner.state.replans) > 1 else "planned"
+            left = durations.format_clock(planner.deadline - planner.clock())
             self._log(
                 "time budget: %s at step %d: %.2f steps/s, %d steps in all (was %d), %s left"
-                % (
-                    "planned" if len(planner.state.replans) == 1 else "re-planned",
-                    step,
-                    planner.steps_per_sec,
-                    plan.total_steps,
-                    old.total_steps,
-                    durations.format_clock(planner.deadline - planner.clock()),
-                )
+                % (what, step, planner.steps_per_sec, plan.total_steps, old.total_steps, left)
             )
             self._save(step)
         if planner.should_stop(step):
             if planner.stopped_early:
                 self._log(
-                    "time budget: the time for training is up at step %d of %d; stopping to evaluate and export"
-                    % (step, planner.plan.total_steps)
+                    "time budget: the time for training is up at step %d of %d; stopping to evaluate and "
+                    "export" % (step, planner.plan.total_steps)
                 )
             run_context.request_stop()
 

@@ -94,7 +94,7 @@ class BudgetedJob:
                 state.progress,
             )
         guess = (hp.precision_probe or {}).get(hp.precision) or planner_lib.GUESS_IMAGES_PER_SEC
-        speedup = planner_lib.planned_eval_speedup(hp.speed_probe, on_gpu=bool(hp.num_gpus))
+        speedup = planner_lib.planned_eval_speedup(hp.speed_probe)
         speed, probe_rate = hp.speed_probe, None
         if speed:
             guess = speed["train"]

@@ -52,10 +52,9 @@ WARMUP_STEPS = 10
 # The first measurement comes 5 s after warm-up, or once the plan from the guessed speed has gone this share
 # further: a schedule by progress spends a guess too slow too fast.
 FIRST_MEASURE_SHARE = 0.1
-# Evaluation's images/s over training's where it is not timed: on a GPU, and (below every ratio measured on a
-# CPU) on a CPU whose budget was too short for probes.
-EVAL_SPEEDUP = 4.0
-CPU_EVAL_SPEEDUP = 3.0
+# Evaluation's images/s over training's where it is not timed (a budget too short for probes, a GPU): below every
+# ratio measured on a CPU.
+EVAL_SPEEDUP = 3.0
 # Plan with this share of the timed ratio: a margin for the probe's few batches.
 MEASURED_EVAL_SPEEDUP_SHARE = 0.9
 # What the end costs besides evaluating images (graphs built, checkpoints restored, the final export, pictures,
@@ -217,25 +216,25 @@ class Planner:
         """What the end costs besides evaluating images: the fixed reserve and the writes of the job dir."""
         return self.final_fixed_secs + CHECKPOINT_WRITES_AT_END * self.checkpoint_secs
 
-    def _views_within(self, limit: float, views) -> list:
-        """The longest prefix of ``views`` whose end (fixed costs, the images always evaluated and the
-        views') takes at most ``limit`` seconds."""
+    def _views_within(self, limit: float, views) -> tuple:
+        """``(the longest prefix of views whose end takes at most limit seconds, the seconds that end takes)``: the
+        fixed costs, the images always evaluated and the views'."""
         kept, secs = [], self.fixed_secs() + self._eval_secs(self.final_images)
         for name, images in views:
-            secs += self._eval_secs(images)
-            if secs > limit:
+            if secs + self._eval_secs(images) > limit:
                 break
-            kept.append((name, images))
-        return kept
+            kept.append(name)
+            secs += self._eval_secs(images)
+        return kept, secs
 
     def planned_views(self) -> list:
         """The optional views the plan keeps time for: those within ``FINAL_SHARE`` of the budget."""
-        return [name for name, _ in self._views_within(FINAL_SHARE * self.budget_secs, self.optional_views)]
+        return self._views_within(FINAL_SHARE * self.budget_secs, self.optional_views)[0]
 
     def views_that_fit(self, now: float):
         """``(kept, dropped)`` names of the planned views, at the end: those that still fit the time left
         (training may have ended late, or the machine slowed down), and the rest of the optional ones."""
-        planned = [v for v in self.optional_views if v[0] in self.planned_views()]
+        planned = self.planned_views()
         # Training ends with the step that crosses its deadline, up to a step into the reserve: that alone
         # must not drop a view the plan kept time for (the evaluation's own margin is as long).
         limit = self.deadline - now + max(END_TOLERANCE_SECS, 1.0 / self.steps_per_sec)
@@ -243,15 +242,13 @@ class Planner:
             # What of the end's fixed costs was paid since training ended (its last checkpoint, the final
             # export) is not counted again.
             limit += min(max(0.0, now - self.training_ended[0]), self.fixed_secs())
-        kept = [name for name, _ in self._views_within(limit, planned)]
+        kept = self._views_within(limit, [v for v in self.optional_views if v[0] in planned])[0]
         return kept, [name for name, _ in self.optional_views if name not in kept]
 
     def final_secs(self) -> float:
         """Time to keep for after training, at the current speed: the fixed costs, the images always
         evaluated and the planned views."""
-        views = dict(self.optional_views)
-        images = self.final_images + sum(views[name] for name in self.planned_views())
-        return self.fixed_secs() + self._eval_secs(images)
+        return self._views_within(FINAL_SHARE * self.budget_secs, self.optional_views)[1]
 
     def training_deadline(self) -> float:
         return self.deadline - self.final_secs()
@@ -293,16 +290,14 @@ class Planner:
             spent = self.plan.progress(step) - self.plan.progress(before)
             if now - then < min(5.0, self.replan_secs) and spent < FIRST_MEASURE_SHARE:
                 return None
-            self._set_speed(measured, before, step)
-            self.measured = True
-            return self._replan(step, now, first=True)
-        if now - self._last_check < self.replan_secs:
+        elif now - self._last_check < self.replan_secs:
             return None
-        # Speed of the last interval: what the machine gives now (another process may have
-        # taken a core), not the average since the start.
+        # From the second on, the speed of the last interval: what the machine gives now (another process may
+        # have taken a core), not the average since the start.
+        first, self.measured = not self.measured, True
         self._set_speed(measured, before, step)
         self._mark = (now, step)
-        return self._replan(step, now)
+        return self._replan(step, now, first)
 
     def _set_speed(self, measured: float, before: int, step: int) -> None:
         """``measured`` steps/s from step ``before`` to ``step``; as full-size steps, at their mean cost."""
@@ -321,8 +316,6 @@ class Planner:
 
     def _replan(self, step: int, now: float, first: bool = False):
         self._last_check = now
-        if first:
-            self._mark = (now, step)
         total = max(step + 1, self.steps_that_fit(step, now))
         if not first and abs(total - self.plan.total_steps) <= REPLAN_TOLERANCE * (self.plan.total_steps - step):
             return None
@@ -358,13 +351,11 @@ class Planner:
         return self.state
 
 
-def planned_eval_speedup(speed, on_gpu: bool) -> float:
+def planned_eval_speedup(speed) -> float:
     """Evaluation images/s over training's, as the plan takes it: ``speed``'s ratio (``HParams.speed_probe``:
     ``{"train", "eval"}`` images/s, timed or estimated) with ``MEASURED_EVAL_SPEEDUP_SHARE``'s margin, else
-    the guess for the device (None: nothing was measured)."""
-    if speed:
-        return MEASURED_EVAL_SPEEDUP_SHARE * speed["eval"] / speed["train"]
-    return EVAL_SPEEDUP if on_gpu else CPU_EVAL_SPEEDUP
+    ``EVAL_SPEEDUP`` (None: nothing was measured)."""
+    return MEASURED_EVAL_SPEEDUP_SHARE * speed["eval"] / speed["train"] if speed else EVAL_SPEEDUP
 
 
 def training_secs(budget_secs: float, images_per_sec: float, final_images: int, optional_views=(), *, eval_speedup):
