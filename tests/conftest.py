@@ -54,6 +54,17 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
+def pytest_configure(config):
+    """One line and no run where ``--dist loadgroup`` (make test) would lose the tests' ``xdist_group``:
+    pytest-xdist 3.8 puts a test's group in its id by setting ``Item._nodeid``, which pytest 9.2.0's ids ignore
+    (it spread the serving tests over every worker, and each trained their job)."""
+    if config.getoption("dist", "no") == "loadgroup" and "_nodeid" not in pytest.Item.nodeid.fget.__code__.co_names:
+        raise pytest.UsageError(
+            "pytest %s loses pytest-xdist's test groups (--dist loadgroup): install requirements-test.txt's pins"
+            % pytest.__version__
+        )
+
+
 def pytest_collection_modifyitems(config, items):
     """The slow tests first; and the bf16 tests skipped where oneDNN is held below bf16.
 
