@@ -23,13 +23,11 @@ RUN_FLAGS ?= --num-gpus 0 --num-layers 20 --train-steps 400 --batch-norm-decay 0
 
 .PHONY: print-python venv run test lint docs bench bench-speed bench-recipes bench-jpeg-cost bench-contention bench-cloud-storage bench-health clean
 
-# --no-compile: Python compiles what it imports when it first does; pip compiling every module of every wheel
-# took half the install (README, "make test").
 $(VENV)/.installed: setup.py requirements.txt requirements-test.txt
 	@test -n "$(PYTHON)" || { echo "make: no Python 3.9-3.11 found (python3 is $$(python3 --version 2>&1 | cut -d' ' -f2), and TensorFlow 2.15 has no wheels for it): install python3.11 with venv (e.g. apt install python3.11-venv, or uv python install 3.11), or give PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -r requirements-test.txt
+	$(PY) -m pip install --quiet -r requirements-test.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
