@@ -23,8 +23,8 @@ RUN_FLAGS ?= --num-gpus 0 --num-layers 20 --train-steps 400 --batch-norm-decay 0
 
 .PHONY: print-python venv run test lint docs bench bench-speed bench-recipes bench-jpeg-cost bench-contention bench-cloud-storage bench-health clean
 
-# The pins' modules compiled on every core: pip compiles them one by one, half its install (30 s against 23 s in
-# all on the Zen 5, 2026-12-05); as with pip, a file that does not compile costs only its speed.
+# The pins' modules compiled on every core: pip compiles them one by one, half its install (README, "make test").
+# As with pip, a file that does not compile costs only its speed.
 $(VENV)/.installed: setup.py requirements.txt requirements-test.txt
 	@test -n "$(PYTHON)" || { echo "make: no Python 3.9-3.11 found (python3 is $$(python3 --version 2>&1 | cut -d' ' -f2), and TensorFlow 2.15 has no wheels for it): install python3.11 with venv (e.g. apt install python3.11-venv, or uv python install 3.11), or give PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
