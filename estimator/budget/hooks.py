@@ -56,8 +56,8 @@ class BudgetHook(v1.train.SessionRunHook):
         if planner.should_stop(step):
             if planner.stopped_early:
                 self._log(
-                    "time budget: the time for training is up at step %d of %d; stopping to evaluate and "
-                    "export" % (step, planner.plan.total_steps)
+                    "time budget: the time for training is up at step %d of %d; stopping to evaluate and export"
+                    % (step, planner.plan.total_steps)
                 )
             run_context.request_stop()
 

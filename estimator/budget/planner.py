@@ -221,10 +221,11 @@ class Planner:
         fixed costs, the images always evaluated and the views'."""
         kept, secs = [], self.fixed_secs() + self._eval_secs(self.final_images)
         for name, images in views:
-            if secs + self._eval_secs(images) > limit:
+            cost = self._eval_secs(images)
+            if secs + cost > limit:
                 break
             kept.append(name)
-            secs += self._eval_secs(images)
+            secs += cost
         return kept, secs
 
     def planned_views(self) -> list:
