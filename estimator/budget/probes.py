@@ -28,7 +28,7 @@ from estimator.networks import airbench, layers, registry, resnet
 from estimator.ops import filter_gradient, gelu
 from estimator.training import machine
 
-CANDIDATES = ("fp32", "bf16")
+CANDIDATES = (Precision.FP32, Precision.BF16)
 CACHE_FILE = "network_speed_probe.json"
 # A probe's training steps: one untimed, then at most PROBE_STEPS timed, stopped after PROBE_SECS once two
 # ran (bounded in seconds: a first run on a slow CPU pays no more than on a fast one); evaluation a third.
@@ -160,10 +160,11 @@ def choose(hp, cpu=None, timer=None, cache_file=None, measure=True):
     """
     cpu = cpu or cpu_info()
     if not native_bf16(cpu):
-        return "fp32", {}
+        return Precision.FP32, {}
     fp32_batch = min(hp.train_batch_size, PRECISION_PROBE_BATCH * len(hp.towers))
-    probed = {"fp32": hp.replace(precision="fp32", train_batch_size=fp32_batch), "bf16": hp.replace(precision="bf16")}
-    speeds = {p: network_speed(probed[p], cpu, timer, cache_file, measure, p == "bf16") for p in CANDIDATES}
+    fp32, bf16 = CANDIDATES
+    probed = {fp32: hp.replace(precision=fp32, train_batch_size=fp32_batch), bf16: hp.replace(precision=bf16)}
+    speeds = {p: network_speed(probed[p], cpu, timer, cache_file, measure, p == bf16) for p in CANDIDATES}
     if None in speeds.values():
         return UNTIMED_CHOICE.get(hp.network, Precision.FP32), {}
     probe = {p: speed["train"] for p, speed in speeds.items()}
@@ -174,7 +175,7 @@ def resolve_precision(hp, cpu: dict):
     """``hp`` with ``--precision auto`` chosen by measurement (``choose``); any other precision as given."""
     if hp.precision != Precision.AUTO:
         return hp
-    chosen, probe = choose(hp.replace(precision="fp32"), cpu=cpu, measure=affordable(hp.time_budget))
+    chosen, probe = choose(hp.replace(precision=Precision.FP32), cpu=cpu, measure=affordable(hp.time_budget))
     return hp.replace(precision=chosen, precision_probe=probe)
 
 

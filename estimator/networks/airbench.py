@@ -108,7 +108,7 @@ class AirbenchCifar10(layers.Network):
         batch_norm_decay: float,
         batch_norm_epsilon: float,
         data_format: str = "channels_last",
-        precision: str = "fp32",
+        precision: str = options.Precision.FP32,
         width_multiplier: float = 1.0,
         whitening=None,
         group_depth: int = 2,

@@ -32,7 +32,7 @@ class Network(object):
         data_format: str,
         batch_norm_decay: float,
         batch_norm_epsilon: float,
-        precision: str = "fp32",
+        precision: str = Precision.FP32,
         filter_gradients=None,
     ):
         """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from estimator.common.options import Network
+from estimator.common.options import Network, Precision
 from estimator.networks import airbench
 from estimator.networks.resnet import ResNetCifar10
 from estimator.ops import filter_gradient
@@ -75,7 +75,7 @@ def forward_flops(hp) -> int:
     by TensorFlow's profiler (a graph of its own; about a second)."""
     v1 = tf.compat.v1
     with tf.Graph().as_default() as graph:
-        model = build(hp.replace(precision="fp32"), False, serving=True)
+        model = build(hp.replace(precision=Precision.FP32), False, serving=True)
         model.forward_pass(tf.zeros([1, 32, 32, 3]))
         options = v1.profiler.ProfileOptionBuilder.float_operation()
         options["output"] = "none"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from estimator.common.options import ResNetVersion, check_depth
+from estimator.common.options import Precision, ResNetVersion, check_depth
 from estimator.data import records as fmt
 from estimator.networks import layers
 
@@ -40,7 +40,7 @@ class ResNetCifar10(layers.Network):
         batch_norm_epsilon: float,
         data_format: str = "channels_first",
         version: str = "v1",
-        precision: str = "fp32",
+        precision: str = Precision.FP32,
         width_multiplier: float = 1.0,
         filter_gradients=None,
     ):

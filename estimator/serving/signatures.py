@@ -23,6 +23,7 @@ import uuid
 
 import tensorflow as tf
 
+from estimator.common.options import DataFormat, Precision, VariableStrategy
 from estimator.data import records as fmt
 from estimator.networks import registry
 from estimator.training.model_fn import model_fn
@@ -65,9 +66,9 @@ def serving_hparams(hp):
     return hp.replace(
         num_gpus=0,
         num_cpu_towers=0,
-        variable_strategy="CPU",
-        data_format="channels_last",
-        precision="fp32",
+        variable_strategy=VariableStrategy.CPU,
+        data_format=DataFormat.CHANNELS_LAST,
+        precision=Precision.FP32,
         eval_flip_tta=False,
     )
 
