@@ -47,7 +47,7 @@ def split_gcs(path: str):
 
 def _client():
     if not _client_cache:
-        from google.cloud import storage as gcs
+        from google.cloud import storage as gcs  # loaded by the first gs:// path only
 
         if os.environ.get("STORAGE_EMULATOR_HOST"):
             # The emulator needs no credentials; the library would otherwise

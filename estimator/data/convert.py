@@ -242,7 +242,7 @@ def read_archive(path: str) -> dict:
 
 
 def _write_records(path: str, data: np.ndarray, labels: np.ndarray) -> dict:
-    import tensorflow as tf
+    import tensorflow as tf  # only to write: the archive is fetched and checked without its import (seconds)
 
     with tf.io.TFRecordWriter(path) as writer:
         for row, label in zip(data, labels):

@@ -110,7 +110,7 @@ class JobDirLock:
         trainer got there first."""
         text = json.dumps(record, sort_keys=True)
         if storage.is_gcs(self.path):
-            from google.api_core import exceptions
+            from google.api_core import exceptions  # google-cloud-storage's, loaded by gs:// paths only
 
             blob = storage.blob(self.path)
             try:

@@ -24,6 +24,8 @@ import os
 import signal
 import sys
 
+import tensorflow as tf
+
 EXIT_CODES = {signal.SIGTERM: 128 + signal.SIGTERM, signal.SIGINT: 128 + signal.SIGINT}
 
 
@@ -84,32 +86,32 @@ class SignalStop:
 
     def hook(self):
         """A ``SessionRunHook`` that ends the session after the step during which a signal came."""
-        import tensorflow as tf
-
-        stop = self
-
-        class _StopOnSignal(tf.compat.v1.train.SessionRunHook):
-            def begin(self):
-                stop.training = True
-
-            def after_run(self, run_context, run_values):
-                if stop.requested:
-                    run_context.request_stop()
-
-            def end(self, session):
-                stop.training = False
-
-        return _StopOnSignal()
+        return _StopOnSignal(self)
 
     def eval_hook(self):
         """A hook for evaluations during training: none starts once a signal came (the
         checkpoint is saved; evaluating it would only delay the end)."""
-        import tensorflow as tf
+        return _NoEvalAfterSignal(self)
 
-        stop = self
 
-        class _NoEvalAfterSignal(tf.compat.v1.train.SessionRunHook):
-            def begin(self):
-                stop.check()
+class _StopOnSignal(tf.compat.v1.train.SessionRunHook):
+    def __init__(self, stop: SignalStop):
+        self._stop = stop
 
-        return _NoEvalAfterSignal()
+    def begin(self):
+        self._stop.training = True
+
+    def after_run(self, run_context, run_values):
+        if self._stop.requested:
+            run_context.request_stop()
+
+    def end(self, session):
+        self._stop.training = False
+
+
+class _NoEvalAfterSignal(tf.compat.v1.train.SessionRunHook):
+    def __init__(self, stop: SignalStop):
+        self._stop = stop
+
+    def begin(self):
+        self._stop.check()

@@ -14,6 +14,9 @@ import numpy as np
 
 from estimator.data import records as fmt
 
+# TensorFlow and the serving graph are imported where used: ``python -m estimator.predict`` answers --help and bad
+# flags before their import (seconds).
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 

@@ -138,7 +138,7 @@ class _HyperTune(object):
     @classmethod
     def report(cls, tag: str, value: float, global_step: int, checkpoint_path: str = "", trial=None) -> None:
         if cls._instance is None:
-            import hypertune
+            import hypertune  # on the first report: only a tuned job reports
 
             cls._instance = hypertune.HyperTune()
         if trial:

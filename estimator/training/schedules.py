@@ -28,6 +28,9 @@ from dataclasses import dataclass
 
 from estimator.common.options import LrScaling, LrSchedule
 
+# TensorFlow is imported in the functions that build tensors: ``HParams`` imports this module, and the cloud
+# tools import ``HParams`` without TensorFlow (seconds).
+
 SCHEDULES = LrSchedule.values()
 SCALINGS = LrScaling.values()
 # The schedules a time budget can plan: they decay to 0 at the end of the plan.

@@ -7,6 +7,8 @@ import csv
 import os
 import shlex
 
+import numpy as np
+
 from estimator.reporting import pictures
 from estimator.tuning import spec as spec_lib
 
@@ -70,7 +72,7 @@ def write_csv(path: str, table) -> None:
 
 def best_trial(study):
     """The best COMPLETE trial, or None."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # an extra, as above
 
     if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return None
@@ -79,7 +81,7 @@ def best_trial(study):
 
 def plot(path: str, table, study_spec: spec_lib.StudySpec) -> None:
     """The metric against each parameter (log axes for log scales) and the optimisation history."""
-    import matplotlib.ticker
+    import matplotlib.ticker  # on drawing only: the cloud's best-args imports this module and draws nothing
 
     metric = study_spec.metric
     scored = [r for r in table if r[metric] is not None]
@@ -128,8 +130,6 @@ def plot(path: str, table, study_spec: spec_lib.StudySpec) -> None:
 
 
 def _safe_log(x):
-    import numpy as np
-
     return np.log10(np.maximum(x, 1e-12))
 
 
