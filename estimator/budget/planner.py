@@ -243,7 +243,7 @@ class Planner:
             # What of the end's fixed costs was paid since training ended (its last checkpoint, the final
             # export) is not counted again.
             limit += min(max(0.0, now - self.training_ended[0]), self.fixed_secs())
-        kept = self._views_within(limit, [v for v in self.optional_views if v[0] in planned])[0]
+        kept = self._views_within(limit, self.optional_views[: len(planned)])[0]  # planned: a prefix of them
         return kept, [name for name, _ in self.optional_views if name not in kept]
 
     def final_secs(self) -> float:
