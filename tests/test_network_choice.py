@@ -291,7 +291,7 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
 
     job = str(tmp_path / "job")
     flags = ["--data-dir", mini_records, "--job-dir", job] + (
-        "--num-gpus 0 --network auto --train-batch-size 64 --eval-batch-size 339 --time-budget 40s "
+        "--num-gpus 0 --network auto --train-batch-size 64 --eval-batch-size 339 --time-budget 30s "
         "--lr-schedule onecycle --precision auto --eval-flip-tta --eval-tta --seed 1 --health-checks off "
         "--optimizer auto"
     ).split()
@@ -301,7 +301,7 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
     choice = recorded["network_choice"]
     member = family.member(choice["member"])
-    assert recorded["network"] == "airbench" and choice["budget_secs"] == 40.0
+    assert recorded["network"] == "airbench" and choice["budget_secs"] == 30.0
     assert (recorded["group_depth"], recorded["width_multiplier"]) == (member.group_depth, member.width_multiplier)
     assert (recorded["crop_padding"], recorded["cutout"]) == (member.crop_padding, member.cutout)
     assert {c["member"] for c in choice["candidates"]} == {m.name for m in family.MEMBERS}
@@ -319,7 +319,7 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     assert "Done: test accuracy " in out and "results:     %s/results.json" % job in out
     assert "exports:     %s/export/final/" % job in out and "TensorBoard: tensorboard --logdir %s" % job in out
     results = json.load(open(os.path.join(job, "results.json")))
-    # The views the end's share (15% of 40 s: 6 s) had room for, and the others said to be dropped.
+    # The views the end's share (15% of 30 s: 4.5 s) had room for, and the others said to be dropped.
     views = results["final_views"]
     assert views[0] == "plain" and set(views[1:]) | set(results.get("final_views_dropped", [])) == {
         "flip",
