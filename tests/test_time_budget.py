@@ -517,7 +517,7 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
 
     job, cache = str(tmp_path / "job"), str(tmp_path / "cache")
     flags = ["--data-dir", mini_records, "--job-dir", job, "--probe-cache", cache] + (
-        "--num-gpus 0 --num-layers 8 --train-batch-size 64 --eval-batch-size 339 --time-budget 30s "
+        "--num-gpus 0 --num-layers 8 --train-batch-size 64 --eval-batch-size 339 --time-budget 40s "
         "--lr-schedule onecycle --eval-policy final --seed 1 --log-every-n-steps 20 --health-checks off"
     ).split()
 
@@ -531,17 +531,17 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
     assert code == 0, out[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
     recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
-    assert recorded["time_budget"] == 30.0 and recorded["train_steps"] is None
+    assert recorded["time_budget"] == 40.0 and recorded["train_steps"] is None
     assert recorded["speed_probe"]["train"] == 100.0, (results, out[-3000:])
-    assert results["time_budget_secs"] == 30.0
+    assert results["time_budget_secs"] == 40.0
     budget = json.load(open(os.path.join(job, "budget.json")))
     # Training ends at its deadline, keeping the reserve (8 s and the evaluation images at the speed
     # measured) for what follows: budget.json is written as training ends. Relations of the job's own
     # accounting, true on any CPU; how close the whole command comes to its budget on each CPU, alone and
     # with a core taken, is benchmarks.contention's to measure.
-    assert budget["used_secs"] <= 30.0 - results["final_secs_reserved"] + 0.5, (budget, results)
+    assert budget["used_secs"] <= 40.0 - results["final_secs_reserved"] + 0.5, (budget, results)
     assert results["final_secs_reserved"] >= time_budget.FINAL_FIXED_SECS
-    assert budget["used_secs"] + results["final_secs_reserved"] >= 0.9 * 30.0, (budget, results)
+    assert budget["used_secs"] + results["final_secs_reserved"] >= 0.9 * 40.0, (budget, results)
     assert results["evaluation_speedup"] > 1 and results["training_setup_secs"] > 0, results
     assert results["checkpoint_save_secs"] > 0, results  # the saves were timed, for the end's reserve
     assert 0 < results["final_test_eval_secs"] < results["final_secs"], results  # the export and pictures besides
