@@ -16,9 +16,6 @@ from estimator.common.options import VariableStrategy
 # TensorFlow is imported in the functions that build tensors: ``HParams`` imports this module, and the cloud
 # tools import ``HParams`` without TensorFlow (seconds).
 
-# TensorFlow is imported where used: hparams (and so the cloud-side commands
-# that only read flags) need tower_devices without it.
-
 VARIABLE_OPS = ("Variable", "VariableV2", "VarHandleOp")
 
 
