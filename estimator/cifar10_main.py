@@ -2,7 +2,8 @@
 
 Resolves the flags and the environment into one ``HParams``
 (``estimator.training.config``, with ``estimator.budget.job`` where the flags ask for a budget or an
-auto choice) and hands over to ``estimator.train.run``.
+auto choice), chooses the job's guests (``job_guests``: each feature that is on) and hands over to
+``estimator.train.run``.
 ``python -m estimator.cifar10_main @FILE`` reads flags from a file.
 """
 
@@ -21,10 +22,10 @@ if __name__ == "__main__":
 with processes.imports_uncollected():
     import tensorflow as tf
 
-    from estimator import health, resilience, train
+    from estimator import resilience, train
     from estimator.common import cluster as cluster_lib
     from estimator.common import failures
-    from estimator.health import nonfinite
+    from estimator.common.options import HealthAction
     from estimator.reporting import summaries
     from estimator.training import config
 
@@ -32,7 +33,6 @@ with processes.imports_uncollected():
 # 4 a health rule under --health-checks stop; 74 a full or read-only disk; 75 another trainer holds the job
 # dir; 130 SIGINT, 143 SIGTERM (a checkpoint was saved: the same command resumes).
 EXIT_STORAGE = 74
-EXIT_BUSY = 75
 
 
 def parse(argv=None):
@@ -46,6 +46,24 @@ def _budget():
     from estimator.budget import job
 
     return job
+
+
+def job_guests(hp, stop=None) -> list:
+    """The features this job hosts (``estimator.training.guest``), in the order the job calls them: each package
+    is imported only when its feature is on. The exports come before the budget, which keeps the test views that
+    fit the time the export left."""
+    guests = [stop] if stop is not None else []
+    if hp.health_checks != HealthAction.OFF:
+        from estimator.health.monitor import HealthChecks
+
+        guests.append(HealthChecks(hp))
+    if hp.export:
+        from estimator.serving.exporters import Exports
+
+        guests.append(Exports(hp))
+    if hp.time_budget:
+        guests.append(_budget().BudgetedJob(hp))
+    return guests
 
 
 def _interrupted_line(hp, error: resilience.Interrupted, argv) -> str:
@@ -97,7 +115,7 @@ def _run(hp, argv) -> int:
     try:
         if owner:
             lock = resilience.JobDirLock(hp.job_dir, log=lambda line: print(line, file=sys.stderr)).acquire()
-        results = train.run(hp, stop, _budget().BudgetedJob(hp) if hp.time_budget else None)
+        results = train.run(hp, job_guests(hp, stop))
         if results:
             print("\n".join(train.summary_lines(hp, results)), flush=True)
     except RuntimeError as e:
@@ -133,24 +151,15 @@ def _close_event_files() -> None:
         print("warning: closing the event files: %s" % e, file=sys.stderr)
 
 
-# The job's own stops, each reported in one line with its exit status.
-_STOP_STATUS = (
-    (resilience.JobDirBusyError, EXIT_BUSY),
-    (nonfinite.NonFiniteError, nonfinite.EXIT_STATUS),
-    (health.HealthStop, health.EXIT_STATUS),
-)
-
-
 def _stop_status(hp, error: RuntimeError, argv):
     """The exit status of one of the job's own stops, after its line on stderr; None for any other error."""
     if isinstance(error, resilience.Interrupted):
         print(_interrupted_line(hp, error, argv), file=sys.stderr)
-        return error.exit_code
-    for kind, status in _STOP_STATUS:
-        if isinstance(error, kind):
-            print("error: %s" % error, file=sys.stderr)
-            return status
-    return None
+    elif isinstance(error, failures.JobStop):
+        print("error: %s" % error, file=sys.stderr)
+    else:
+        return None
+    return error.exit_status
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 ``run`` reads as its steps: record the hyperparameters (``JOB_DIR/hparams.json``),
 build the hooks, train by the evaluation policy (periodic evaluations of the
 validation split, what a tuning study may look at, or one at the end), then on
-the chief: export, evaluate the held-out test split once and write
-``JOB_DIR/results.json`` and ``curves.png``.
+the chief: evaluate the held-out test split once and write ``JOB_DIR/results.json``
+and ``curves.png``. The features (health rules, exports, the signal stop, the time
+budget) are guests the entry point hands in (``estimator.training.guest``): the job
+calls them at its steps and imports none of them.
 """
 
 from __future__ import annotations
@@ -17,17 +19,14 @@ import tensorflow as tf
 
 from estimator.common import cluster as cluster_lib
 from estimator.common import durations, logs, processes, storage
-from estimator.common.options import EvalPolicy, HealthAction
+from estimator.common.options import EvalPolicy
 from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet
-from estimator.health import nonfinite
-from estimator.health.monitor import EvalHealth, HealthHook, HealthMonitor
 from estimator.networks import registry
 from estimator.reporting import summaries
-from estimator.serving import exporters
-from estimator.training import config, hooks
+from estimator.training import config, hooks, nonfinite
 from estimator.training import hparams as hparams_lib
-from estimator.training.model_fn import model_fn
+from estimator.training.model_fn import model_fn_with
 
 v1 = tf.compat.v1
 
@@ -109,51 +108,48 @@ def writes_job_records(hp: hparams_lib.HParams) -> bool:
 
 @dataclass
 class Hooks:
-    """What runs beside training and after each evaluation of one process."""
+    """What runs beside training and after each evaluation of one process, the guests' included."""
 
     train: list
     after_eval: list
     speed: hooks.ExamplesPerSecondHook
     reporter: hooks.EvalReporter
-    budget: object = None  # an estimator.budget.job.BudgetedJob, or None
-    evaluation: list = None  # hooks of the evaluations during training
-    stop: object = None  # a resilience.SignalStop, or None
-    saving_listeners: list = None  # told of each checkpoint training saves
+    evaluation: list  # hooks of the evaluations during training
+    saving_listeners: list  # told of each checkpoint training saves
+    guests: tuple
 
 
-def build_hooks(hp: hparams_lib.HParams, stop=None, budget=None) -> Hooks:
-    cluster = hp.cluster
+def build_hooks(hp: hparams_lib.HParams, guests=()) -> Hooks:
+    cluster, evaluator = hp.cluster, _is_evaluator(hp)
     speed = hooks.ExamplesPerSecondHook(hp.train_batch_size)
-    if budget:
-        progress = budget.progress_hook()
-    else:
-        progress = hooks.ProgressHook(hp.train_steps, hp.train_batch_size, every_n_steps=hp.log_every_n_steps)
     # First in the list: it must see a NaN before the Estimator's own NanTensorHook does.
-    train_hooks = [nonfinite.NonFiniteHook(hp.job_dir), speed, progress]
-    if budget:
-        train_hooks.extend(budget.train_hooks())
-    if stop is not None:
-        train_hooks.append(stop.hook())
+    train_hooks = [nonfinite.NonFiniteHook(hp.job_dir), speed]
+    if hp.train_steps:  # under a time budget its guest brings the progress line, its total the plan
+        train_hooks.append(hooks.ProgressHook(hp.train_steps, hp.train_batch_size, every_n_steps=hp.log_every_n_steps))
     # Vertex AI's TensorBoard reads its own directory (config: AIP_TENSORBOARD_LOG_DIR);
     # the Estimator writes beside the checkpoints.
     mirror = hp.tensorboard_dir
-    monitor = HealthMonitor(hp, is_chief=cluster.is_chief or _is_evaluator(hp), mirror_dir=mirror)
-    if hp.health_checks != HealthAction.OFF and not _is_evaluator(hp):
-        train_hooks.append(HealthHook(monitor))
     eval_mirror = None
     if mirror:
         if cluster.is_chief:
             train_hooks.append(hooks.SummaryMirrorHook(mirror, min(100, hp.log_every_n_steps)))
         eval_mirror = storage.join(mirror, "eval_" + fmt.VALIDATION)
     reporter = hooks.EvalReporter(fmt.VALIDATION, mirror_dir=eval_mirror, trial=cluster.trial)
-    after_eval = [reporter, EvalHealth(monitor, fmt.VALIDATION)]
-    if hp.export and hp.validates:
-        after_eval.append(exporters.BestAccuracyExporter(hp))
-    eval_hooks = [stop.eval_hook()] if stop is not None else []
-    listeners = budget.saving_listeners() if budget else []
+    after_eval = [reporter] + ([hooks.EvalPictures(hp, fmt.VALIDATION)] if cluster.is_chief or evaluator else [])
+    listeners = []
     if cluster.distributed and cluster.task_type == "chief" and hp.validates:
         listeners.append(hooks.EvaluatorRelay(storage.join(hp.job_dir, "eval_" + fmt.VALIDATION), trial=cluster.trial))
-    return Hooks(train_hooks, after_eval, speed, reporter, budget, eval_hooks, stop, listeners)
+    eval_hooks = []
+    for guest in guests:
+        train_hooks += guest.train_hooks()
+        after_eval += guest.after_eval()
+        eval_hooks += guest.eval_hooks()
+        listeners += guest.saving_listeners()
+    return Hooks(train_hooks, after_eval, speed, reporter, eval_hooks, listeners, tuple(guests))
+
+
+def _estimator(hp, run_config_, guests=()) -> tf.estimator.Estimator:
+    return tf.estimator.Estimator(model_fn=model_fn_with(guests), config=run_config_, params=hp)
 
 
 def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator, job_hooks: Hooks) -> float:
@@ -161,22 +157,15 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
     returns the seconds it took."""
     train_seed = None if hp.seed is None else hp.seed + _training_rank(hp.cluster)
     train_input = input_fn(hp, fmt.TRAIN, seed=train_seed)
+    listeners = job_hooks.saving_listeners
     start = time.perf_counter()
-    # Under --time-budget the planner's hook ends training (train_steps is None).
-    budget = job_hooks.budget
-    train_hooks = job_hooks.train
-    if budget and estimator_.latest_checkpoint() and budget.nothing_to_train():
-        train_hooks = None
-    if budget:
-        budget.training_begins()
+    trains = all([guest.before_training(estimator_) for guest in job_hooks.guests])
     if hp.eval_policy == EvalPolicy.FINAL and not hp.cluster.distributed:
         # Short runs: no evaluation until training is done, then one on the validation split.
-        if train_hooks is not None:
-            estimator_.train(
-                train_input, max_steps=hp.train_steps, hooks=train_hooks, saving_listeners=job_hooks.saving_listeners
-            )
-        if job_hooks.stop is not None:
-            job_hooks.stop.check()  # a signal during training: the checkpoint is saved, end now
+        if trains:
+            estimator_.train(train_input, max_steps=hp.train_steps, hooks=job_hooks.train, saving_listeners=listeners)
+        for guest in job_hooks.guests:
+            guest.after_training()
         seconds = time.perf_counter() - start
         if not hp.validates:
             return seconds  # the validation split was training data
@@ -185,7 +174,7 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
             exporter.export(estimator_, None, estimator_.latest_checkpoint(), validation, True)
         return seconds
     train_spec = tf.estimator.TrainSpec(
-        train_input, max_steps=hp.train_steps, hooks=job_hooks.train, saving_listeners=job_hooks.saving_listeners
+        train_input, max_steps=hp.train_steps, hooks=job_hooks.train, saving_listeners=listeners
     )
     eval_spec = tf.estimator.EvalSpec(
         input_fn(hp, fmt.VALIDATION),
@@ -201,33 +190,29 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
 
 
 def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dict:
-    """On the chief after training: the final export, the test evaluation and results.json."""
-    final_export = None
-    if hp.export:
-        final_export = exporters.export_final(hp, estimator_.latest_checkpoint())
-        if hp.model_export_dir:
-            exporters.copy_export(final_export, hp.model_export_dir)
-    budget = job_hooks.budget
-    kept, dropped = budget.test_views() if budget else ((), [])
-    test_hp = hp.with_test_views(kept) if budget else hp
+    """On the chief after training: what the guests do first (the final export, the test views that fit), the test
+    evaluation and results.json."""
+    test_hp = hp
+    for guest in job_hooks.guests:
+        test_hp = guest.before_test(test_hp, estimator_)
     test_estimator = estimator_
     if (test_hp.eval_flip_tta, test_hp.eval_tta) != (hp.validation_flip_tta, False):
         # The test evaluation's model_fn with the test split's TTA setting (hparams.json: derived).
-        test_estimator = tf.estimator.Estimator(model_fn=model_fn, config=estimator_.config, params=test_hp)
+        test_estimator = _estimator(test_hp, estimator_.config)
     evaluation_started, ready = time.monotonic(), hooks.SessionReadyHook()
     test = test_estimator.evaluate(input_fn(test_hp, fmt.TEST), name="test", hooks=[ready])
     test_eval_secs = (ready.ready - evaluation_started, time.monotonic() - evaluation_started)
     validation = _final_validation(hp, estimator_, job_hooks)
     rate = job_hooks.speed.steady_state_examples_per_sec
-    results = results_record(hp, test, validation, dropped, rate, train_seconds)
+    results = results_record(test_hp, test, validation, rate, train_seconds)
     try:
         logs.info("Curves: %s", summaries.write_curves(hp.job_dir))
     except ImportError as e:  # matplotlib missing: the run itself is fine
         logs.warning("no curves.png: %s (pip install matplotlib)", e)
     # After the curves (0.6 s at an hour's events): the end's time as the plan kept it, pictures included.
     results["wall_secs"] = round(time.monotonic() - processes.started_at(), 2)
-    if budget:
-        results.update(budget.record(test_eval_secs))
+    for guest in job_hooks.guests:
+        results.update(guest.results(results, test_eval_secs))
     logs.info(
         "Final test evaluation at step %d: accuracy %.4f, loss %.4f on %d images",
         results["global_step"],
@@ -235,10 +220,6 @@ def final_results(hp, estimator_, job_hooks: Hooks, train_seconds: float) -> dic
         results["loss"],
         results["eval_examples"],
     )
-    if final_export:
-        results["final_export"] = final_export
-        if hp.model_export_dir:
-            results["model_export_dir"] = hp.model_export_dir
     config.write_json(storage.join(hp.job_dir, RESULTS_FILE), results)
     return results
 
@@ -256,8 +237,9 @@ def _final_validation(hp, estimator_, job_hooks: Hooks):
     return validation
 
 
-def results_record(hp, test: dict, validation, dropped, examples_per_sec, train_seconds: float) -> dict:
-    """results.json's record of the test and validation evaluations (a pure function of its inputs)."""
+def results_record(hp, test: dict, validation, examples_per_sec, train_seconds: float) -> dict:
+    """results.json's record of the test and validation evaluations (a pure function of its inputs; ``hp``: the
+    test evaluation's, whose views it ran)."""
     results = {
         "global_step": int(test["global_step"]),
         "accuracy": float(test["accuracy"]),
@@ -280,10 +262,7 @@ def results_record(hp, test: dict, validation, dropped, examples_per_sec, train_
     for key in ("accuracy_flip_tta", "accuracy_tta"):
         if key in test:
             results[key] = float(test[key])
-    asked = [name for name, _ in hp.evaluation_images()[1]]
-    results["final_views"] = ["plain"] + [v for v in asked if v not in dropped]
-    if dropped:
-        results["final_views_dropped"] = dropped
+    results["final_views"] = ["plain"] + [name for name, _ in hp.evaluation_images()[1]]
     return results
 
 
@@ -344,26 +323,23 @@ def summary_lines(hp: hparams_lib.HParams, results: dict) -> list:
     return lines
 
 
-def run(hp: hparams_lib.HParams, stop=None, budget=None):
+def run(hp: hparams_lib.HParams, guests=()):
     """Trains and evaluates; returns the results dict on the chief, else None.
 
-    ``stop``: a ``resilience.SignalStop``; a signal during training ends it with a checkpoint at the
-    step reached and raises ``resilience.Interrupted`` before anything after training runs.
-    ``budget``: for ``--time-budget``, an ``estimator.budget.job.BudgetedJob``: its hooks end training when the
-    plan is done, and it keeps the test views that fit and records the run's time.
+    ``guests``: the features of this job (``estimator.training.guest.Guest``), called at each step below; the
+    entry point chooses them (``estimator.cifar10_main.job_guests``).
     """
     description = config.describe(hp)
     _log_start(hp, description)
     if writes_job_records(hp):
         config.save(hp)
-    job_hooks = build_hooks(hp, stop, budget)
+    job_hooks = build_hooks(hp, guests)
     # Validation evaluations get flip TTA only with --validation-flip-tta (a second
     # forward pass each); the test evaluation as --eval-flip-tta says.
-    estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=run_config(hp), params=hp.validation_hparams)
+    estimator_ = _estimator(hp.validation_hparams, run_config(hp), guests)
     train_seconds = train_by_policy(hp, estimator_, job_hooks)
-    if stop is not None:
-        stop.check()
+    for guest in guests:
+        guest.after_training()
     if not writes_job_records(hp):
         return None
-    results = final_results(hp, estimator_, job_hooks, train_seconds)
-    return results
+    return final_results(hp, estimator_, job_hooks, train_seconds)

@@ -18,7 +18,8 @@ from estimator.data.records import CLASS_NAMES
 from estimator.health import monitor as monitor_lib
 from estimator.health import probes, rules
 from estimator.reporting import pictures, summaries
-from estimator.training.model_fn import model_fn
+from estimator.training.hooks import EvalPictures
+from estimator.training.model_fn import model_fn, model_fn_with
 from tests import cifar_archives as ca
 from tests import helpers
 from tests.helpers import REPO, events, fetch_json, run_job, run_joined, tensorboard
@@ -130,6 +131,7 @@ def test_after_evaluation_rules_fire_on_built_cases_and_write_scalars(tmp_path, 
     monkeypatch.setattr(rules, "OVERTRAINING_EVALS", 2)
     m = monitor_lib.HealthMonitor(hp(job_dir=str(tmp_path)))
     check = monitor_lib.EvalHealth(m, "validation")
+    drawn = EvalPictures(m.hp, "validation")  # the core's pictures, beside the rules
     m.losses = [2.0] * 200
     accuracies = [0.7] * 9 + [0.1]
 
@@ -138,6 +140,7 @@ def test_after_evaluation_rules_fire_on_built_cases_and_write_scalars(tmp_path, 
         result = {"global_step": step, "cross_entropy": val_loss, "confusion_matrix": np.eye(10) * 50}
         result.update({"per_class_accuracy/" + n: a for n, a in zip(CLASS_NAMES, accuracies)})
         check.export(None, None, None, result, False)
+        drawn.export(None, None, None, result, False)
 
     evaluate(100, 1.0, 1.5)
     evaluate(200, 1.1, 1.2)
@@ -161,7 +164,8 @@ def test_probes_measure_the_data_gradient_without_weight_decay():
         v1.train.create_global_step()
         images = tf.random.uniform([8, 32, 32, 3], 0, 255, seed=1)
         labels = tf.constant([0, 1, 2, 3, 4, 5, 6, 7])
-        model_fn(images, labels, MODES.TRAIN, hp(weight_decay=0.5, train_batch_size=8))
+        params = hp(weight_decay=0.5, train_batch_size=8)
+        model_fn_with([monitor_lib.HealthChecks(params)])(images, labels, MODES.TRAIN, params)
         p = probes.get()
         graph = v1.get_default_graph()
         xent = graph.get_tensor_by_name("cross_entropy:0")
@@ -191,12 +195,9 @@ def test_probes_run_in_mixed_precision(precision):
     with tf.Graph().as_default():
         v1.set_random_seed(0)  # fixed weights: fp16's first step (loss scale 2^15) is known not to overflow
         v1.train.create_global_step()
-        spec = model_fn(
-            tf.random.uniform([4, 32, 32, 3], 0, 255, seed=2),
-            tf.constant([0, 1, 2, 3]),
-            MODES.TRAIN,
-            hp(precision=precision, train_batch_size=4),
-        )
+        params = hp(precision=precision, train_batch_size=4)
+        images, labels = tf.random.uniform([4, 32, 32, 3], 0, 255, seed=2), tf.constant([0, 1, 2, 3])
+        spec = model_fn_with([monitor_lib.HealthChecks(params)])(images, labels, MODES.TRAIN, params)
         tensors = {k: v for k, v in probes.get()["tensors"].items()}
         with v1.Session() as sess:
             sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
@@ -216,7 +217,8 @@ def test_dead_relus_fire_through_the_hook_when_batch_norm_shifts_everything_belo
         v1.train.create_global_step()
         # As the Estimator builds it: after the step's read, which the hook fetches (the step before the update).
         with tf.control_dependencies([tensor_names.global_step_read()]):
-            spec = model_fn(tf.random.uniform([8, 32, 32, 3], 0, 255, seed=3), tf.range(8), MODES.TRAIN, params)
+            images, guests = tf.random.uniform([8, 32, 32, 3], 0, 255, seed=3), [monitor_lib.HealthChecks(params)]
+            spec = model_fn_with(guests)(images, tf.range(8), MODES.TRAIN, params)
         kill = [v1.assign(v, tf.fill(v.shape, -100.0)) for v in v1.global_variables() if v.op.name.endswith("beta")]
         monitor = monitor_lib.HealthMonitor(params)
         with v1.train.SingularMonitoredSession(hooks=[monitor_lib.HealthHook(monitor)]) as sess:

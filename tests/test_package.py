@@ -141,7 +141,7 @@ def test_the_layers_hold_and_an_import_up_a_layer_breaks_them(tmp_path):
     job.write_text(job.read_text() + "\n\ndef _late():\n    from estimator.budget import planner  # noqa\n")
     broken = _lint_imports(tmp_path)
     assert "estimator.train -> estimator.budget.planner" in broken.stdout, broken.stdout
-    assert "The core (data to the job loop, serving, resilience) imports neither the budget" in broken.stdout
+    assert "The host (the core and the job loop) imports no guest" in broken.stdout
 
 
 _LOADED = """
@@ -149,8 +149,7 @@ import json
 import sys
 from estimator import cifar10_main, train
 hp = cifar10_main.parse(sys.argv[1:])
-budget = cifar10_main._budget().BudgetedJob(hp) if hp.time_budget else None
-train.build_hooks(hp, budget=budget)
+train.build_hooks(hp, cifar10_main.job_guests(hp))
 skipped = "googleapiclient.discovery" in sys.modules  # installed with the tests; TensorFlow's import wants it
 import googleapiclient.discovery  # still importable after the command's imports
 print(json.dumps([sorted({m.split(".")[1] for m in sys.modules if m.startswith("estimator.")}), skipped]))

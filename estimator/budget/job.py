@@ -4,9 +4,9 @@ this package (``estimator.cifar10_main``).
 
 * ``choose(hp, recorded, cpu, given)``: ``--network auto`` (``choice``), ``--precision auto`` and the speeds a
   ``--time-budget`` plans with (``probes``), then ``--optimizer auto`` (``choice``), each said in the log once;
-* ``BudgetedJob(hp)``: the planner (``planner``) and what runs it beside training (``hooks``): the progress
-  line's plan, the hook that stops training, the checkpoints' timer, the test views that still fit, and
-  results.json's record of the run's time.
+* ``BudgetedJob(hp)``: the job's guest (``estimator.training.guest``): the planner (``planner``) and what runs it
+  beside training (``hooks``): the progress line's plan, the hook that stops training, the checkpoints' timer, the
+  test views that still fit, and results.json's record of the run's time.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from estimator.common import durations, logs, processes
 from estimator.common.options import Network, Optimizer
 from estimator.training import config
 from estimator.training import hooks as training_hooks
+from estimator.training.guest import Guest
 
 
 def choose(hp, recorded: dict, cpu: dict, given):
@@ -79,12 +80,12 @@ def choice_lines(hp) -> list:
     return lines
 
 
-class BudgetedJob:
-    """What ``estimator.train.run`` asks of a job with ``--time-budget``: the planner, continued from the job's
-    earlier runs (JOB_DIR/budget.json), and what runs it beside training and after it."""
+class BudgetedJob(Guest):
+    """``--time-budget`` as the job's guest: the planner, continued from the job's earlier runs (JOB_DIR/budget.json),
+    and what runs it beside training and after it."""
 
     def __init__(self, hp):
-        self.hp = hp
+        self.hp, self.dropped = hp, []
         state = planner_lib.BudgetState.load(hp.job_dir, hp.time_budget)
         if state.used_secs:
             logs.info(
@@ -118,47 +119,45 @@ class BudgetedJob:
             probe_images_per_sec=probe_rate,
         )
 
-    def progress_hook(self) -> training_hooks.ProgressHook:
-        """The progress line, its total the current plan and its end the budget left."""
+    def train_hooks(self) -> list:
+        """The progress line (its total the current plan, its end the budget left) and the hook that stops
+        training when the plan is done."""
         planner = self.planner
-        return training_hooks.ProgressHook(
+        progress = training_hooks.ProgressHook(
             lambda: planner.plan.total_steps if planner.plan else 0,
             self.hp.train_batch_size,
             every_n_steps=self.hp.log_every_n_steps,
             budget_left=lambda: planner.deadline - planner.clock(),
         )
-
-    def train_hooks(self) -> list:
-        return [budget_hooks.BudgetHook(self.planner, self.hp.job_dir, logs.info)]
+        return [progress, budget_hooks.BudgetHook(planner, self.hp.job_dir, logs.info)]
 
     def saving_listeners(self) -> list:
         return [budget_hooks.CheckpointTimer(self.planner)]
 
-    def nothing_to_train(self) -> bool:
-        """True (and says so) on a restart after the budget was spent: the job evaluates and exports what it has."""
+    def before_training(self, estimator) -> bool:
+        """False (and says so) on a restart after the budget was spent: the job evaluates and exports what it has."""
         planner = self.planner
-        if not planner.exhausted():
-            return False
+        planner.setup_started = planner.clock()
+        if not (estimator.latest_checkpoint() and planner.exhausted()):
+            return True
         logs.info(
             "time budget: nothing left to train (progress %.3f, %s left); evaluating step %s",
             planner.state.progress,
             durations.format_clock(planner.deadline - planner.clock()),
             planner.state.step,
         )
-        return True
+        return False
 
-    def training_begins(self) -> None:
-        self.planner.setup_started = self.planner.clock()
+    def before_test(self, hp, estimator):
+        """``hp`` with only the optional test views that still fit the time left (the plan kept time for them)."""
+        kept, self.dropped = self.planner.views_that_fit(self.planner.clock())
+        if self.dropped:
+            logs.info(
+                "time budget: test evaluation without the %s view(s): they do not fit", " and ".join(self.dropped)
+            )
+        return hp.with_test_views(kept)
 
-    def test_views(self):
-        """``(the optional test views kept, those dropped)``: the views that still fit the time left (the plan
-        kept time for them)."""
-        kept, dropped = self.planner.views_that_fit(self.planner.clock())
-        if dropped:
-            logs.info("time budget: test evaluation without the %s view(s): they do not fit", " and ".join(dropped))
-        return kept, dropped
-
-    def record(self, test_eval_secs: tuple) -> dict:
+    def results(self, results: dict, test_eval_secs: tuple) -> dict:
         """results.json's record of the run's time: the plan, and what the end took against its reserve, and of
         that the test evaluation (``test_eval_secs``: ``(its set-up: the graph built and the checkpoint
         restored, the whole evaluation: the set-up and every view)``)."""
@@ -171,6 +170,8 @@ class BudgetedJob:
             stopped_at_the_deadline=planner.stopped_early,
             evaluation_speedup=round(planner.eval_speedup, 2),
         )
+        if self.dropped:
+            record["final_views_dropped"] = self.dropped
         if planner.training_ended is not None:
             ended, reserved = planner.training_ended
             secs = dict(final_secs_reserved=reserved, final_secs=time.monotonic() - ended)

@@ -24,6 +24,12 @@ STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.ED
 _TF_STORAGE = re.compile(r"No space left on device|Read-only file system|Permission denied|Disk quota exceeded")
 
 
+class JobStop(RuntimeError):
+    """One of the job's own stops (a NaN, a health rule, a busy job dir, a signal): one line, then ``exit_status``."""
+
+    exit_status = 1
+
+
 class StorageFailure(RuntimeError):
     """What ``storage_failure`` makes of an error: the one line to print."""
 

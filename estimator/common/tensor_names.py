@@ -18,6 +18,14 @@ IMAGE_SIZE = "image_size:0"
 NETWORK_SCOPE = "resnet"
 
 
+def layer_name(name: str) -> str:
+    """``tower_0/resnet/stage1/unit2/Relu_1`` -> ``stage1/unit2/Relu_1``; ``resnet/fc/kernel`` -> ``fc/kernel``."""
+    for prefix in ("tower_0/", NETWORK_SCOPE + "/"):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+    return name
+
+
 def global_step_read():
     """The global step as the Estimator reads it before a step (TensorFlow's own hooks fetch it): it builds every
     op of ``model_fn`` after this read, so a hook's fetch is the step before the run's update. The variable

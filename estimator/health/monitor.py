@@ -11,41 +11,36 @@ check.
 computes anyway) and the probes (``estimator.health.probes``) only every
 ``--health-every-n-steps`` steps; its first step also fetches a few training
 images for ``pictures/training_batch``. ``EvalHealth`` runs after each
-evaluation: per-class accuracy, over-training, and the confusion-matrix and
-mistakes pictures.
+evaluation: per-class accuracy and over-training. ``HealthChecks`` is the job's
+guest that brings them (``estimator.training.guest``).
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import math
 
 import numpy as np
 import tensorflow as tf
 
 from estimator.common import logs, storage, tensor_names
+from estimator.common.failures import JobStop
 from estimator.common.options import HealthAction
 from estimator.data import records as fmt
 from estimator.health import probes, rules
 from estimator.reporting import pictures, summaries
+from estimator.training.guest import Guest
 
 v1 = tf.compat.v1
 
 EXIT_STATUS = 4
-RECORD = "health.json"
+RECORD = summaries.HEALTH_RECORD
 
 
-def append_record(job_dir: str, entry: dict) -> None:
-    """Adds one event to JOB_DIR/health.json (a JSON list of objects): the one writer of that file."""
-    path = storage.join(job_dir, RECORD)
-    events = json.loads(storage.read_text(path)) if storage.exists(path) else []
-    events.append(entry)
-    storage.write_text(path, json.dumps(events, indent=2) + "\n")
-
-
-class HealthStop(RuntimeError):
+class HealthStop(JobStop):
     """A health rule fired under ``--health-checks stop``."""
+
+    exit_status = EXIT_STATUS
 
 
 class HealthMonitor(object):
@@ -57,40 +52,17 @@ class HealthMonitor(object):
         TensorBoard directory, which gets the same summaries as the job dir."""
         self.hp = hp
         self.action = hp.health_checks
-        self._is_chief = is_chief
-        self._mirror = mirror_dir
+        self.writes = is_chief
+        self.mirror = mirror_dir
         self._firing = set()
         self.events = []
         self.losses = []  # training cross-entropy of every step of this process
 
     def scalars(self, log_dir: str, values: dict, step: int) -> None:
         values = {"health/" + k: v for k, v in values.items() if v is not None and math.isfinite(v)}
-        if values and self._is_chief:
-            for directory in self.log_dirs(log_dir):
+        if values and self.writes:
+            for directory in summaries.mirrored(log_dir, self.hp.job_dir, self.mirror):
                 summaries.write_scalars(directory, values, step)
-
-    def log_dirs(self, log_dir: str):
-        """``log_dir`` (under the job dir) and its twin under the mirror directory, if any."""
-        dirs = [log_dir]
-        if self._mirror and log_dir.startswith(self.hp.job_dir.rstrip("/")):
-            dirs.append(self._mirror.rstrip("/") + log_dir[len(self.hp.job_dir.rstrip("/")) :])
-        return dirs
-
-    def picture(self, log_dir: str, tag: str, draw, step: int) -> None:
-        """Draws a PNG (``draw()``) and writes it to ``log_dir`` (and its mirror). Without
-        matplotlib (a core dependency) says so once and training goes on."""
-        if not self._is_chief:
-            return
-        try:
-            png = draw()
-        except ImportError as e:
-            if not _warned_pictures:
-                _warned_pictures.append(e)
-                logs.warning("no pictures in TensorBoard: %s (pip install matplotlib)", e)
-            return
-        if png:
-            for directory in self.log_dirs(log_dir):
-                summaries.write_image(directory, tag, png, step)
 
     def check(self, rule: str, step: int, value, finding) -> None:
         """Reports ``finding`` of ``rule`` if it just turned bad."""
@@ -111,8 +83,8 @@ class HealthMonitor(object):
         }
         self.events.append(entry)
         logs.warning("health: step %d: %s", step, message)
-        if self._is_chief:
-            append_record(self.hp.job_dir, entry)
+        if self.writes:
+            summaries.append_health_event(self.hp.job_dir, entry)
         if self.action == HealthAction.STOP:
             raise HealthStop(
                 "training stopped at step %d by the health rule %s (--health-checks stop): %s "
@@ -125,9 +97,6 @@ class HealthMonitor(object):
             return None
         recent = self.losses[-window:]
         return sum(recent) / len(recent)
-
-
-_warned_pictures = []
 
 
 def _jsonable(value):
@@ -146,7 +115,6 @@ class HealthHook(v1.train.SessionRunHook):
         self._relu_window = collections.deque(maxlen=rules.DEAD_RELU_WINDOW)
 
     def begin(self):
-
         graph = v1.get_default_graph()
         self._probes = probes.get(graph)
         self._step = tensor_names.global_step_read()
@@ -176,9 +144,10 @@ class HealthHook(v1.train.SessionRunHook):
         xent = float(r["xent"])
         if math.isfinite(xent):
             self._monitor.losses.append(xent)
-        if "images" in r:
-            self._monitor.picture(
-                self._hp.job_dir, "pictures/training_batch", lambda: pictures.batch_grid(r["images"], r["labels"]), step
+        if "images" in r and self._monitor.writes:
+            dirs = summaries.mirrored(self._hp.job_dir, self._hp.job_dir, self._monitor.mirror)
+            summaries.write_picture(
+                dirs, "pictures/training_batch", lambda: pictures.batch_grid(r["images"], r["labels"]), step
             )
         first, self._first_run = self._first_run, False
         if not self._rule_step:
@@ -235,7 +204,7 @@ class HealthHook(v1.train.SessionRunHook):
 
 
 class EvalHealth(tf.estimator.Exporter):
-    """After each evaluation: per-class accuracy, over-training, and the evaluation's pictures.
+    """After each evaluation: the per-class accuracy and over-training rules.
 
     An ``Exporter`` is what ``train_and_evaluate`` calls after each evaluation; it exports nothing.
     """
@@ -252,28 +221,6 @@ class EvalHealth(tf.estimator.Exporter):
     def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
         m, hp = self._monitor, self._monitor.hp
         step = int(eval_result["global_step"])
-        log_dir = storage.join(hp.job_dir, "eval_" + self._subset)
-        if "confusion_matrix" in eval_result:
-            m.picture(
-                log_dir,
-                "pictures/confusion_matrix",
-                lambda: pictures.confusion_png(eval_result["confusion_matrix"], "%s, step %d" % (self._subset, step)),
-                step,
-            )
-        if "mistakes/images" in eval_result:
-            m.picture(
-                log_dir,
-                "pictures/most_confident_mistakes",
-                lambda: pictures.mistakes_png(
-                    eval_result["mistakes/images"],
-                    eval_result["mistakes/true"],
-                    eval_result["mistakes/predicted"],
-                    eval_result["mistakes/confidence"],
-                ),
-                step,
-            )
-        if hp.health_checks == HealthAction.OFF:
-            return None
         values = {}
         per_class = [float(eval_result.get("per_class_accuracy/" + n, math.nan)) for n in fmt.CLASS_NAMES]
         if all(math.isfinite(a) for a in per_class):
@@ -286,5 +233,34 @@ class EvalHealth(tf.estimator.Exporter):
             value, finding = rules.overtraining(self._history, rules.OVERTRAINING_EVALS)
             m.check("overtraining", step, value, finding)
             values["validation_loss_rise"] = value
-        m.scalars(log_dir, values, step)
+        m.scalars(storage.join(hp.job_dir, "eval_" + self._subset), values, step)
         return None
+
+
+class HealthChecks(Guest):
+    """The health rules as the job's guest (``--health-checks warn`` or ``stop``): the probes in the training graph,
+    the rules' hook beside training (not on an evaluator) and after each validation."""
+
+    def __init__(self, hp):
+        evaluator = hp.cluster.task_type == "evaluator"
+        self.evaluator = evaluator
+        self.monitor = HealthMonitor(hp, is_chief=hp.cluster.is_chief or evaluator, mirror_dir=hp.tensorboard_dir)
+
+    def add_to_graph(self, graph) -> None:
+        hp, model = graph.hp, graph.model
+        probes.add(
+            graph.gradvars,
+            graph.learning_rate,
+            hp.weight_decay,
+            model.scaled_input,
+            model.relu_outputs,
+            hp.data_format,
+            graph.images,
+            graph.labels,
+        )
+
+    def train_hooks(self) -> list:
+        return [] if self.evaluator else [HealthHook(self.monitor)]
+
+    def after_eval(self) -> list:
+        return [EvalHealth(self.monitor, fmt.VALIDATION)]

@@ -25,14 +25,6 @@ _PROBES = weakref.WeakKeyDictionary()
 BATCH_PICTURE_SIZE = 16
 
 
-def layer_name(name: str) -> str:
-    """``tower_0/resnet/stage1/unit2/Relu_1`` -> ``stage1/unit2/Relu_1``; ``resnet/fc/kernel`` -> ``fc/kernel``."""
-    for prefix in ("tower_0/", tensor_names.NETWORK_SCOPE + "/"):
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
-    return name
-
-
 def add(gradvars, learning_rate, weight_decay: float, scaled_input, relus, data_format: str, images, labels) -> None:
     """Registers the probes of this training graph.
 
@@ -64,8 +56,8 @@ def add(gradvars, learning_rate, weight_decay: float, scaled_input, relus, data_
         }
     _PROBES[v1.get_default_graph()] = {
         "tensors": probes,
-        "kernel_names": [layer_name(w.op.name) for _, w in kernels],
-        "relu_names": [layer_name(r.op.name) for r in relus],
+        "kernel_names": [tensor_names.layer_name(w.op.name) for _, w in kernels],
+        "relu_names": [tensor_names.layer_name(r.op.name) for r in relus],
     }
 
 

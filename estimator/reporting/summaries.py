@@ -5,19 +5,23 @@
 * ``write_scalars`` / ``write_image``: an evaluation's metrics, health values,
   pictures (``estimator.reporting.pictures``);
 * ``read_scalars``: series read back from event files;
-* ``write_curves``: ``JOB_DIR/curves.png`` from the run's own event files.
+* ``write_curves``: ``JOB_DIR/curves.png`` from the run's own event files;
+* ``append_health_event``: the one writer of ``JOB_DIR/health.json`` (the health rules' and the NaN guard's events).
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 import tensorflow as tf
 
-from estimator.common import storage
+from estimator.common import logs, storage
 from estimator.reporting import pictures
 
 v1 = tf.compat.v1
+
+HEALTH_RECORD = "health.json"
 
 
 def image_summary(tag: str, png: bytes):
@@ -93,3 +97,37 @@ def write_curves(job_dir: str, validation_dir: str = "eval_validation") -> str:
     path = storage.join(job_dir, "curves.png")
     storage.write_bytes(path, pictures.curves_png(train, validation, os.path.basename(job_dir.rstrip("/"))))
     return path
+
+
+def append_health_event(job_dir: str, entry: dict) -> None:
+    """Adds one event to JOB_DIR/health.json (a JSON list of objects)."""
+    path = storage.join(job_dir, HEALTH_RECORD)
+    events = json.loads(storage.read_text(path)) if storage.exists(path) else []
+    events.append(entry)
+    storage.write_text(path, json.dumps(events, indent=2) + "\n")
+
+
+_warned_pictures = []
+
+
+def write_picture(log_dirs, tag: str, draw, step: int) -> None:
+    """Draws a PNG (``draw()``) and writes it to each of ``log_dirs``. Without matplotlib (a core dependency)
+    says so once and the job goes on."""
+    try:
+        png = draw()
+    except ImportError as e:
+        if not _warned_pictures:
+            _warned_pictures.append(e)
+            logs.warning("no pictures in TensorBoard: %s (pip install matplotlib)", e)
+        return
+    if png:
+        for directory in log_dirs:
+            write_image(directory, tag, png, step)
+
+
+def mirrored(log_dir: str, job_dir: str, mirror: str = None) -> list:
+    """``log_dir`` (under ``job_dir``) and its twin under ``mirror`` (Vertex AI's TensorBoard directory), if any."""
+    dirs = [log_dir]
+    if mirror and log_dir.startswith(job_dir.rstrip("/")):
+        dirs.append(mirror.rstrip("/") + log_dir[len(job_dir.rstrip("/")) :])
+    return dirs

@@ -30,6 +30,7 @@ import threading
 import time
 
 from estimator.common import storage
+from estimator.common.failures import JobStop
 from estimator.common.options import network_shape
 from estimator.training import config, hparams, settings
 
@@ -47,8 +48,10 @@ SWITCH_FLAGS = ("lookahead",)
 OPTIMIZER_FLAGS = ("optimizer",)
 
 
-class JobDirBusyError(RuntimeError):
+class JobDirBusyError(JobStop):
     """Another trainer holds the job dir."""
+
+    exit_status = 75
 
 
 class ForeignJobDirError(ValueError):

@@ -26,10 +26,13 @@ import sys
 
 import tensorflow as tf
 
+from estimator.common.failures import JobStop
+from estimator.training.guest import Guest
+
 EXIT_CODES = {signal.SIGTERM: 128 + signal.SIGTERM, signal.SIGINT: 128 + signal.SIGINT}
 
 
-class Interrupted(RuntimeError):
+class Interrupted(JobStop):
     """The job was asked to stop by a signal; ``signum`` says which."""
 
     def __init__(self, signum: int, message: str = ""):
@@ -37,12 +40,13 @@ class Interrupted(RuntimeError):
         self.signum = signum
 
     @property
-    def exit_code(self) -> int:
+    def exit_status(self) -> int:
         return EXIT_CODES[self.signum]
 
 
-class SignalStop:
-    """Turns SIGTERM and SIGINT into a stop at the next step (``hook``) or, outside training, ``Interrupted``."""
+class SignalStop(Guest):
+    """Turns SIGTERM and SIGINT into a stop at the next step (``hook``) or, outside training, ``Interrupted``; the
+    job's guest on the chief (it owns the checkpoints)."""
 
     def __init__(self):
         self.signum = None
@@ -92,6 +96,15 @@ class SignalStop:
         """A hook for evaluations during training: none starts once a signal came (the
         checkpoint is saved; evaluating it would only delay the end)."""
         return _NoEvalAfterSignal(self)
+
+    def train_hooks(self) -> list:
+        return [self.hook()]
+
+    def eval_hooks(self) -> list:
+        return [self.eval_hook()]
+
+    def after_training(self) -> None:
+        self.check()  # a signal during training: the checkpoint is saved, end before any record is written
 
 
 class _StopOnSignal(tf.compat.v1.train.SessionRunHook):

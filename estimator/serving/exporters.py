@@ -5,7 +5,7 @@ after a restart it exports once more whatever the value
 (tensorflow/tensorflow#47396, never fixed): a restarted job could replace its
 best model with a worse one. ``BestAccuracyExporter`` keeps the best value in
 ``JOB_DIR/export/best/best_eval.json`` beside the exports, so a restarted job
-compares against the real best.
+compares against the real best. ``Exports`` is the job's guest (``--export``) that makes both.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import tensorflow as tf
 
 from estimator.serving import signatures
+from estimator.training.guest import Guest
 
 v1 = tf.compat.v1
 
@@ -100,3 +101,24 @@ class BestAccuracyExporter(tf.estimator.Exporter):
             "New best validation %s %.4f at step %d: exported to %s", self._metric, value, record["global_step"], path
         )
         return path
+
+
+class Exports(Guest):
+    """``--export``: the best by validation after each evaluation (where the validation split is not training data)
+    and, on the chief, the final model before the test evaluation (copied to ``--model-export-dir``)."""
+
+    def __init__(self, hp):
+        self.hp = hp
+        self.record = {}
+
+    def after_eval(self) -> list:
+        return [BestAccuracyExporter(self.hp)] if self.hp.validates else []
+
+    def before_test(self, hp, estimator):
+        self.record["final_export"] = export_final(self.hp, estimator.latest_checkpoint())
+        if self.hp.model_export_dir:
+            self.record["model_export_dir"] = copy_export(self.record["final_export"], self.hp.model_export_dir)
+        return hp
+
+    def results(self, results: dict, test_eval_secs: tuple) -> dict:
+        return self.record

@@ -8,8 +8,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from estimator.common import durations, logs, tensor_names
-from estimator.reporting import summaries
+from estimator.common import durations, logs, storage, tensor_names
+from estimator.reporting import pictures, summaries
 
 v1 = tf.compat.v1
 
@@ -326,3 +326,29 @@ class SummaryMirrorHook(v1.train.SessionRunHook):
 
     def end(self, session):
         self._writer.flush()
+
+
+class EvalPictures(tf.estimator.Exporter):
+    """After each evaluation, TensorBoard's pictures of it: the confusion matrix and the most confident mistakes
+    (an ``Exporter``, as ``train_and_evaluate`` calls them; it exports nothing)."""
+
+    def __init__(self, hp, subset: str):
+        self._hp, self._subset = hp, subset
+
+    @property
+    def name(self):
+        return "pictures"
+
+    def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+        r, step = eval_result, int(eval_result["global_step"])
+        log_dir = storage.join(self._hp.job_dir, "eval_" + self._subset)
+        dirs = summaries.mirrored(log_dir, self._hp.job_dir, self._hp.tensorboard_dir)
+        if "confusion_matrix" in r:
+            title = "%s, step %d" % (self._subset, step)
+            draw = lambda: pictures.confusion_png(r["confusion_matrix"], title)  # noqa: E731
+            summaries.write_picture(dirs, "pictures/confusion_matrix", draw, step)
+        if "mistakes/images" in r:
+            args = [r["mistakes/" + k] for k in ("images", "true", "predicted", "confidence")]
+            draw = lambda: pictures.mistakes_png(*args)  # noqa: E731
+            summaries.write_picture(dirs, "pictures/most_confident_mistakes", draw, step)
+        return None

@@ -31,7 +31,6 @@ from estimator.common.options import (
     VariableStrategy,
 )
 from estimator.data import records as fmt
-from estimator.health import rules
 from estimator.training import devices, recipes, schedules, settings
 from estimator.training.settings import NONNEGATIVE, POSITIVE, Range, flag_name, setting
 
@@ -567,16 +566,21 @@ RETIRED = {
 }
 
 
-# The health rules' thresholds, flags until 0.4.0 (--health-loss-window: rules.LOSS_WINDOW).
+# The health rules' thresholds, flags until 0.4.0 with these defaults (--health-loss-window 200).
+_THRESHOLDS_040 = dict(
+    init_loss_tolerance=0.25, vanishing_gradient=1e-7, exploding_factor=10.0, update_ratio_min=1e-8,
+    update_ratio_max=10.0, dead_relu_fraction=0.5, dead_relu_window=5, input_mean_max=0.5, input_std_min=0.1,
+    input_std_max=1.0, loss_window=200, loss_min_decrease=0.01, overtraining_evals=3, class_ratio=0.25,
+)  # fmt: skip
 RETIRED.update(
     {
-        "health_" + name.lower(): Retired(
+        "health_" + name: Retired(
             lambda v, rec, d=default: v in (None, d),
             "the health rules' thresholds are constants behind --health-checks",
             "0.5.0",
             "docs/health.md",
         )
-        for name, default in ((name, getattr(rules, name)) for name in rules.THRESHOLDS)
+        for name, default in _THRESHOLDS_040.items()
     }
 )
 

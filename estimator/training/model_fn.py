@@ -8,7 +8,7 @@ Reading guide (the original's version was known as "here lives a dragon"):
 3. ``average_gradients`` averages each variable's gradients over the towers on
    the variable's own device, so only one tensor per variable crosses devices.
 4. ``model_fn`` trains through ``_training_spec``: the learning-rate schedule and the momentum optimizer
-   (fp16's loss scaling), the towers, ``_gradient_checks`` (non-finite flags, health probes),
+   (fp16's loss scaling), the towers, the non-finite flags and what the job's guests add (health probes),
    ``_optimizer_step`` (``SyncReplicasOptimizer`` for ``--sync``, batch-norm updates from the first
    tower, Lookahead) and ``_training_summaries``; it evaluates and predicts with the metrics and
    test-time augmentation (``_tta_probabilities``).
@@ -19,12 +19,13 @@ Labels of -1 mark padding in the last evaluation batch: they get zero weight.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 
 import tensorflow as tf
 
 from estimator.common import tensor_names
-from estimator.common.options import HealthAction, Network, Optimizer, Precision
+from estimator.common.options import Network, Optimizer, Precision
 from estimator.common.tensor_names import (
     CROSS_ENTROPY,
     IMAGE_SIZE,
@@ -35,11 +36,11 @@ from estimator.common.tensor_names import (
 )
 from estimator.data import records as fmt
 from estimator.data.pipeline import Cifar10DataSet
-from estimator.health import nonfinite, probes
 from estimator.networks import airbench, registry
-from estimator.training import devices, eval_metrics, muon, schedules
+from estimator.training import devices, eval_metrics, muon, nonfinite, schedules
 from estimator.training import hooks as hooks_lib
 from estimator.training import hparams as hparams_lib
+from estimator.training.guest import TrainingGraph
 
 v1 = tf.compat.v1
 
@@ -229,7 +230,7 @@ def _make_local(variables):
         v1.add_to_collection(v1.GraphKeys.LOCAL_VARIABLES, var)
 
 
-def _training_spec(hp, features, labels, mode, config):
+def _training_spec(hp, features, labels, mode, config, guests):
     """Towers, the schedule, the optimizer step and training summaries."""
     global_step = v1.train.get_or_create_global_step()
     done_at = progress_function(hp)
@@ -260,7 +261,10 @@ def _training_spec(hp, features, labels, mode, config):
         train_accuracy = tf.reduce_mean(correct, name=_op_name(TRAIN_ACCURACY))
         cross_entropy = tf.reduce_mean([o.cross_entropy for o in outputs], name=_op_name(CROSS_ENTROPY))
         gradvars = average_gradients([o.grads_and_vars for o in outputs])
-        _gradient_checks(hp, gradvars, learning_rate, first_model, features, labels)
+        if hp.precision != Precision.FP16:  # fp16's loss scaling has its own check (skipped steps)
+            nonfinite.add_gradient_flags(gradvars)
+        for guest in guests:
+            guest.add_to_graph(TrainingGraph(hp, gradvars, learning_rate, first_model, features, labels))
         train_op, training_hooks = _optimizer_step(hp, scaled, gradvars, update_ops, global_step, done_at, config)
         if scaled is not base:
             with tf.name_scope(_TRAINING_SUMMARIES):  # train/loss_scale, train/skipped_steps
@@ -275,24 +279,6 @@ def _training_spec(hp, features, labels, mode, config):
 # v1 summary tags are op-name scopes; a scope of their own keeps them from colliding with the named tensors
 # ("learning_rate_1"), and the trailing slash re-enters that one scope, never a "train_1".
 _TRAINING_SUMMARIES = "train/"
-
-
-def _gradient_checks(hp, gradvars, learning_rate, first_model, features, labels):
-    """What watches the gradients: the non-finite flags (fp16's loss scaling has its own) and the health
-    rules' probes of the first tower."""
-    if hp.precision != Precision.FP16:
-        nonfinite.add_gradient_flags(gradvars)
-    if hp.health_checks != HealthAction.OFF:
-        probes.add(
-            gradvars,
-            learning_rate,
-            hp.weight_decay,
-            first_model.scaled_input,
-            first_model.relu_outputs,
-            hp.data_format,
-            features,
-            labels,
-        )
 
 
 def _training_summaries(hp, features, gradvars, rates, train_accuracy, cross_entropy, image_size):
@@ -338,7 +324,7 @@ def _histograms(gradvars):
 
     for grad, var in gradvars:
         if var.op.name.endswith("kernel"):
-            name = probes.layer_name(var.op.name)
+            name = tensor_names.layer_name(var.op.name)
             v1.summary.histogram("weights/" + name, finite(var))
             v1.summary.histogram("gradients/" + name, finite(grad))
 
@@ -479,9 +465,18 @@ def _view_metrics(hp, features, labels, logits, plain, weights) -> dict:
 
 def model_fn(features, labels, mode, params, config=None):
     """The Estimator model function; ``params`` is an ``HParams``."""
+    return _model_fn(features, labels, mode, params, config, guests=())
+
+
+def model_fn_with(guests):
+    """``model_fn`` whose training graph the job's ``guests`` add to (``estimator.training.guest``)."""
+    return functools.partial(_model_fn, guests=tuple(guests))
+
+
+def _model_fn(features, labels, mode, params, config=None, guests=()):
     hp = params
     if mode == tf.estimator.ModeKeys.TRAIN:
-        return _training_spec(hp, features, labels, mode, config)
+        return _training_spec(hp, features, labels, mode, config, guests)
     outputs, _, _ = build_towers(hp, features, labels, mode)
     with v1.device(devices.consolidation_device(hp.variable_strategy)):
         logits = tf.concat([o.logits for o in outputs], axis=0)

@@ -20,7 +20,8 @@ import math
 import tensorflow as tf
 
 from estimator.common import tensor_names
-from estimator.health.monitor import append_record
+from estimator.common.failures import JobStop
+from estimator.reporting.summaries import append_health_event
 
 v1 = tf.compat.v1
 
@@ -28,8 +29,10 @@ GRADS_FINITE = "health_grads_finite"  # graph collection: [bool per gradient], [
 EXIT_STATUS = 3
 
 
-class NonFiniteError(RuntimeError):
+class NonFiniteError(JobStop):
     """Training produced a NaN or infinite loss or gradient."""
+
+    exit_status = EXIT_STATUS
 
 
 def add_gradient_flags(grads_and_vars) -> None:
@@ -80,7 +83,7 @@ class NonFiniteHook(v1.train.SessionRunHook):
             "Lower --learning-rate, or add --warmup-epochs; a restart with the same --job-dir resumes from that "
             "checkpoint." % (step, where, float(r["rate"]), checkpoint or "none (no checkpoint was written yet)")
         )
-        append_record(
+        append_health_event(
             self._job_dir,
             {
                 "rule": "non_finite",
