@@ -331,9 +331,7 @@ def test_help_groups_every_flag_by_concern_and_states_each_default_once():
         if action.required:
             assert "Required" in text and "default" not in text, action.option_strings
         elif action.dest == "job_dir":  # required unless Vertex AI names the directory
-            assert (
-                "Required, except on Vertex AI, where the default is $AIP_CHECKPOINT_DIR, else $AIP_MODEL_DIR" in text
-            )
+            assert "Required, except on Vertex AI: $AIP_CHECKPOINT_DIR" in text
         else:
             assert len(re.findall(r"\bdefault\b", text)) == 1, (action.option_strings, text)
             assert "(default: None)" not in text, action.option_strings

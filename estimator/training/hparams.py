@@ -64,30 +64,26 @@ class HParams:
     job_dir: str = setting(
         MISSING,
         "job",
-        "Directory (or gs:// path) for checkpoints, summaries, exports and results. Required, except on Vertex "
-        "AI, where the default is $AIP_CHECKPOINT_DIR, else $AIP_MODEL_DIR.",
+        "Directory (or gs://) for checkpoints, exports, results. Required, except on Vertex AI: $AIP_CHECKPOINT_DIR.",
         flag_default=None,
     )
     recipe: str = setting(
         None,
         "job",
-        "A recipe's flags at this place: %s (shipped with the package), or a flag file; later flags override "
-        "them. Recorded in hparams.json." % ", ".join(recipes.names()),
+        "Flags of a recipe (%s) or of a flag file, in place; later flags override them." % ", ".join(recipes.names()),
         metavar="NAME",
         default_text="none",
     )
     probe_cache: str = setting(
         None,
         "job",
-        "Where the speed probes keep what they measured (a local or gs:// directory): jobs and a study's "
-        "trials that name one share the first one's measurements, as in the cloud every job starts anew.",
+        "Where the speed probes keep their measurements (local or gs://): jobs that name one share it.",
         default_text="$CIFAR10_CACHE_DIR, else ~/.cache/cifar10-resnet-estimator",
     )
     train_subsets: tuple = setting(
         (fmt.TRAIN,),
         "job",
-        "What training reads. 'train validation' trains a final model on 50,000 images (He et al.): then there "
-        "is no validation evaluation, tuning report or best-by-validation export.",
+        "What training reads; 'train validation' trains a final model (no validation, tuning or best export).",
         item=str,
         choices=(fmt.TRAIN, fmt.VALIDATION),
         metavar="SUBSET",
@@ -99,12 +95,7 @@ class HParams:
     log_every_n_steps: int = setting(
         100, "job", "Log loss, learning rate, accuracy and examples/sec every N steps.", range=POSITIVE
     )
-    verbose: bool = setting(
-        False,
-        "job",
-        "Show TensorFlow's deprecation notices and the Estimator's bookkeeping lines, not only one progress "
-        "line per --log-every-n-steps.",
-    )
+    verbose: bool = setting(False, "job", "Also show TensorFlow's notices and the Estimator's bookkeeping lines.")
     histograms: bool = setting(True, "job", "Weight and gradient histograms of each layer in TensorBoard.")
     save_summary_steps: int = setting(
         None,
@@ -118,11 +109,7 @@ class HParams:
     network: Network = setting(
         Network.RESNET,
         "network",
-        "resnet: the 6n+2-layer ResNets of He et al. (--num-layers, --resnet-version); airbench: Keller Jordan's "
-        "airbench94, which learns more per epoch of a short run; auto (with --time-budget): the member of "
-        "airbench's family (widths 0.25 to 1, depth 2 or 3) expected to be most accurate in the epochs this "
-        "machine affords in the budget, by Muon's table where --optimizer auto would take it for those epochs "
-        "(--group-depth or --width-multiplier given by hand narrow the choice).",
+        "resnet (He et al.), airbench (Jordan's airbench94) or auto: the member of its family a budget fits.",
         shapes=True,
     )
     num_layers: int = setting(44, "network", "ResNet depth, 6n+2: 20, 32, 44, 56, 110 ...", shapes=True)
@@ -135,16 +122,14 @@ class HParams:
     group_depth: int = setting(
         2,
         "network",
-        "--network airbench: 3x3 convolutions per group, 2 (airbench94's) or 3 (airbench96's: a residual "
-        "connection around the last two; about 1.36x the FLOPs per image).",
+        "--network airbench: 3x3 convolutions per group: 2 (airbench94) or 3 (airbench96, 1.36x the FLOPs).",
         choices=GROUP_DEPTHS,
         shapes=True,
     )
     width_multiplier: float = setting(
         1.0,
         "network",
-        "Filters of every layer times this (16, 32, 64 at 1; airbench: 64, 256, 256): wider layers may use the "
-        "CPU's matrix units better per FLOP.",
+        "Filters of every layer times this (at 1: ResNet 16, 32, 64; airbench 64, 256, 256).",
         # The ResNets' option-A shortcut pads half the new channels on each side: 16 x it even.
         range=Range(0, low_open=True, step=1 / 8, example="0.5, 1, 1.5, 2"),
         shapes=True,
@@ -171,7 +156,7 @@ class HParams:
     train_epochs: float = setting(
         None,
         "optimisation",
-        "Train for this many passes over the training set instead of --train-steps (rounded up to whole global steps).",
+        "Passes over the training set, instead of --train-steps (rounded up to whole steps).",
         range=POSITIVE,
         default_text="off",
     )
@@ -187,13 +172,12 @@ class HParams:
     lr_schedule: LrSchedule = setting(
         LrSchedule.PIECEWISE,
         "optimisation",
-        "piecewise: x0.1, x0.01, x0.002 after epochs 82, 123, 300 (the original); cosine: half a cosine to 0 "
-        "at the last step; onecycle: linear up, then linear to 0.",
+        "piecewise: x0.1, x0.01, x0.002 after epochs 82, 123, 300; cosine: to 0; onecycle: up, then to 0.",
     )
     lr_decay_steps: tuple = setting(
         None,
         "optimisation",
-        "piecewise only: divide the rate by 10 after each of these global steps (He et al. 2016: 32000 48000).",
+        "piecewise only: divide the rate by 10 after each of these global steps (He et al.: 32000 48000).",
         item=int,
         metavar="STEP",
         default_text="after epochs 82, 123, 300",
@@ -213,17 +197,12 @@ class HParams:
     optimizer: Optimizer = setting(
         Optimizer.SGD,
         "optimisation",
-        "sgd: SGD with momentum for every variable (the original); muon: Muon for the convolution filters "
-        "(orthogonalised Nesterov updates, the filters renormalised in place of weight decay; airbench94_muon), "
-        "SGD for the rest; auto (with --time-budget): muon where the budget affords this machine fewer than %g "
-        "epochs of the network, where it learned more per epoch (below %g at --muon-learning-rate %g unless given), "
-        "else sgd." % (MUON_BELOW_EPOCHS, MUON_SHORT_BELOW_EPOCHS, MUON_SHORT_RATE),
+        "sgd (momentum), muon (Muon for the filters, SGD for the rest), or auto: muon for short budgets.",
     )
     muon_learning_rate: float = setting(
         0.12,
         "optimisation",
-        "--optimizer muon: the filters' rate, decaying linearly to 0 over the plan (airbench94_muon's 0.24 is "
-        'for batch 2000; 0.12 learned most at the recipes\' 512: docs/training.md, "Muon").',
+        "--optimizer muon: the filters' rate, decaying linearly to 0 (0.24 is airbench's, for batch 2000).",
         range=POSITIVE,
     )
     muon_momentum: float = setting(
@@ -237,25 +216,20 @@ class HParams:
     label_smoothing: float = setting(
         0.0,
         "optimisation",
-        "Training targets (1 - e) one-hot + e/10 (Szegedy et al. 2016); evaluation reports the plain cross-entropy.",
+        "Training targets (1 - e) one-hot + e/10 (Szegedy et al. 2016); evaluation reports plain xent.",
         range=Range(0, 1, high_open=True, example="0.1"),
     )
     lookahead: bool = setting(
         False,
         "optimisation",
-        "airbench's Lookahead (Zhang et al. 2019): every 5 steps the weights and a slow copy of them (in the "
-        "checkpoint) move to slow + (1 - a) (weights - slow), a = 0.95^5 x (fraction of training done)^3: no "
-        "pull early on, an average of the last steps by the end (model_fn.apply_lookahead).",
+        "airbench's Lookahead (Zhang et al. 2019): weights pulled towards a slow copy every 5 steps.",
     )
 
     # -- time budget and precision ----------------------------------------------------------------
     time_budget: float = setting(
         None,
         "budget",
-        "Train for what fits in this much time (90s, 5m, 1h30m or seconds): the whole command, final "
-        "evaluations and exports included, ends within it. Plans the steps from measured speed and re-plans as "
-        "it drifts; the schedule (cosine or onecycle) reaches 0 at the end of the budget. Instead of "
-        "--train-steps.",
+        "The whole command ends within this (90s, 5m, 1h30m): steps planned from measured speed.",
         parse=durations.flag,
         metavar="DURATION",
         default_text="off",
@@ -263,9 +237,7 @@ class HParams:
     precision: Precision = setting(
         Precision.FP32,
         "budget",
-        "Compute dtype of the network: fp32; bf16 (CPUs with AVX512-BF16/AMX, recent GPUs); fp16 with dynamic "
-        "loss scaling (GPUs); auto: the faster of fp32 and bf16 on this CPU, by a timed probe of the network "
-        "(cached; never bf16 without native support). Variables and checkpoints stay float32.",
+        "fp32, bf16 (AVX512-BF16/AMX CPUs, recent GPUs), fp16 (GPUs), or auto: the faster on this CPU.",
     )
 
     # -- augmentation -----------------------------------------------------------------------------
@@ -273,30 +245,22 @@ class HParams:
     crop_padding: int = setting(
         fmt.CROP_PADDING,
         "augmentation",
-        "Pad training images by this many zero pixels on each side before the random 32x32 crop: shifts of up "
-        "to that many pixels (4: He et al. 2016; 0: flips only).",
+        "Zero pixels padded on each side before the random 32x32 crop (4: He et al. 2016; 0: flips only).",
         range=Range(0, fmt.MAX_CROP_PADDING, unit="pixels", example="4 (He et al. 2016) or 2"),
     )
     cutout: int = setting(
         0,
         "augmentation",
-        "After the crop, grey out a square of this many pixels a side of each training image, centred on a "
-        "random pixel (DeVries & Taylor 2017); 0: none.",
+        "Grey out a square this many pixels a side in each training image (DeVries & Taylor 2017); 0: none.",
         range=Range(0, fmt.HEIGHT, unit="pixels", what="a square side", example="8"),
     )
     progressive_resize: int = setting(
-        0,
-        "augmentation",
-        "Train on images scaled down to this many pixels a side (%d to %d) at first, growing in steps of %d "
-        "pixels to 32 by --progressive-resize-until of training (schedules.ImageSizes); evaluation sees 32. "
-        "Smaller steps are faster (a step's time follows its pixels), so a time budget buys more of them. 0: off."
-        % (schedules.MIN_RESIZE, fmt.HEIGHT - 1, schedules.RESIZE_STEP),
+        0, "augmentation", "Train first on images this many pixels a side (16 to 31), growing to 32; 0: off."
     )
     progressive_resize_until: float = setting(
         schedules.RESIZE_UNTIL,
         "augmentation",
-        "With --progressive-resize: the fraction of training (of the time budget's plan, or of the steps) "
-        "from which images are full size.",
+        "With --progressive-resize: the fraction of training from which images are full size.",
         range=Range(0, 1, low_open=True, what="a fraction of training", example="%g" % schedules.RESIZE_UNTIL),
     )
 
@@ -304,37 +268,26 @@ class HParams:
     eval_policy: EvalPolicy = setting(
         EvalPolicy.PERIODIC,
         "evaluation",
-        "periodic: evaluate the validation split after each checkpoint (the original); final: train without "
-        "stopping, then evaluate once (short runs).",
+        "periodic: evaluate the validation split after each checkpoint; final: once, after training.",
     )
     eval_batch_size: int = setting(
         100, "evaluation", "Images per evaluation step, split over the towers.", range=POSITIVE
     )
     # Flip TTA costs a second forward pass: hparams.json says which evaluations paid it.
     eval_flip_tta: bool = setting(
-        False,
-        "evaluation",
-        "Also report the final test accuracy with flip test-time augmentation (mean of the image's and its "
-        "mirror's probabilities), as accuracy_flip_tta.",
+        False, "evaluation", "Also report the test accuracy with flip test-time augmentation (accuracy_flip_tta)."
     )
     eval_tta: bool = setting(
-        False,
-        "evaluation",
-        "Also report the final test accuracy with flips and 1-pixel translations (6 views, airbench's "
-        "weights), as accuracy_tta.",
+        False, "evaluation", "Also report the test accuracy with flips and 1-pixel translations (accuracy_tta)."
     )
     tta_fraction: float = setting(
         1.0,
         "evaluation",
-        "The test-time views only for this fraction of each evaluation batch: the images the plain view is "
-        "least confident of; the rest keep its probabilities (0.25: a quarter of the views' cost).",
+        "Run the test-time views only on this fraction of each batch: its least confident images.",
         range=Range(0, 1, low_open=True, what="a fraction of each batch", example="0.25"),
     )
     validation_flip_tta: bool = setting(
-        False,
-        "evaluation",
-        "Flip TTA in the validation evaluations during training too (a second forward pass each; "
-        "--eval-flip-tta alone keeps it to the final test evaluation).",
+        False, "evaluation", "Flip TTA in the validation evaluations during training too (a second forward pass each)."
     )
     save_checkpoints_secs: int = setting(
         600, "evaluation", "Checkpoint (and with --eval-policy periodic, evaluate) every this many seconds."
@@ -351,8 +304,7 @@ class HParams:
     export: bool = setting(
         True,
         "evaluation",
-        "Export SavedModels: the best by validation accuracy after each evaluation "
-        "(JOB_DIR/export/best/<timestamp>) and the last checkpoint (JOB_DIR/export/final/<timestamp>).",
+        "Export SavedModels: the best by validation (JOB_DIR/export/best) and the last (export/final).",
     )
 
     # -- health rules (estimator.health.rules: the sources of the defaults there) ------------------
@@ -370,8 +322,7 @@ class HParams:
     num_cpu_towers: int = setting(
         0,
         "testing",
-        "With --num-gpus 0: run N towers on N CPU devices (tests the multi-GPU logic on machines without GPUs; "
-        "no speed-up).",
+        "With --num-gpus 0: N towers on N CPU devices (tests the multi-GPU logic; no speed-up).",
         range=NONNEGATIVE,
     )
     variable_strategy: VariableStrategy = setting(
