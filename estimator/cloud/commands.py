@@ -133,11 +133,10 @@ def _trial_flags(trainer_flags, training_input, member_name):
 def _shared_probe_cache(trainer_flags, base_output_dir):
     """A study's trials, each on a new machine of one type, share the speed probes' measurements: the first
     trial's timing serves the others (``--probe-cache`` under the study's output directory, unless given)."""
-    expanded = recipes.expand(trainer_flags)
-    if any(f == "--probe-cache" or f.startswith("--probe-cache=") for f in expanded):
+    given = vertex_job.trainer_values(recipes.expand(trainer_flags))
+    if "probe_cache" in given:
         return trainer_flags, []
-    job_dir = vertex_job.flag_value(expanded, "--job-dir")
-    directory = (job_dir or base_output_dir).rstrip("/") + PROBE_CACHE_SUFFIX
+    directory = (given.get("job_dir") or base_output_dir).rstrip("/") + PROBE_CACHE_SUFFIX
     note = "the trials share their speed probes' measurements in %s (--probe-cache)" % directory
     return trainer_flags + ["--probe-cache", directory], [note]
 

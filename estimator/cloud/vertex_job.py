@@ -19,6 +19,7 @@ import shlex
 from dataclasses import dataclass
 
 from estimator.common.cluster import Cluster
+from estimator.common.options import Network
 from estimator.common.processes import TRAINER_MODULE as MODULE
 from estimator.training import flags, recipes
 from estimator.tuning import spec as spec_lib
@@ -445,15 +446,25 @@ def job_cluster(pools, role: str = "chief") -> Cluster:
     return Cluster(spec=spec, task_type="chief" if role == "master" else role, task_index=0)
 
 
-def flag_value(args, flag):
-    """The value of FLAG (``--x v`` or ``--x=v``) in ARGS, the last one winning; None when absent."""
-    found = None
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            found = args[i + 1]
-        elif arg.startswith(flag + "="):
-            found = arg.split("=", 1)[1]
-    return found
+def trainer_values(args) -> dict:
+    """``flags.given_values``: the trainer's flags in ARGS as its own parser reads them.
+
+    Raises:
+      SpecError: the trainer's own message, for a flag it would refuse.
+    """
+    with _trainer_refusal("the trainer would refuse its flags: "):
+        return flags.given_values(list(args))
+
+
+@contextlib.contextmanager
+def _trainer_refusal(prefix: str):
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            yield
+    except SystemExit:
+        line = next((x for x in errors.getvalue().splitlines() if "error: " in x), errors.getvalue().strip())
+        raise spec_lib.SpecError(prefix + line.split("error: ", 1)[-1]) from None
 
 
 def parse_trainer_flags(args, cluster: Cluster, gpus_visible: int):
@@ -462,13 +473,8 @@ def parse_trainer_flags(args, cluster: Cluster, gpus_visible: int):
     Raises:
       SpecError: the trainer's own message.
     """
-    errors = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(errors):
-            parsed = flags.build_parser().parse_args(list(args))
-    except SystemExit:
-        line = next((x for x in errors.getvalue().splitlines() if "error: " in x), errors.getvalue().strip())
-        raise spec_lib.SpecError("the trainer would refuse its flags: " + line.split("error: ", 1)[-1]) from None
+    with _trainer_refusal("the trainer would refuse its flags: "):
+        parsed = flags.build_parser().parse_args(list(args))
     try:
         flags.validate(parsed, cluster, gpus_visible)
     except ValueError as e:
@@ -498,8 +504,9 @@ def job_args(trainer_args, training_input: dict, base_output_dir: str = None) ->
     except ValueError as e:
         raise spec_lib.SpecError(str(e)) from None
     pools = worker_pools(training_input)
-    _check_cluster_flags(seen, pools, recipe)
-    _check_output_places(seen, base_output_dir)
+    given = trainer_values(seen)
+    _check_cluster_flags(given, pools, recipe)
+    _check_output_places(given, base_output_dir)
     for role, _, machine in pools:
         if role != "ps":
             own = pool_software(training_input, role).get("args", [])
@@ -507,7 +514,7 @@ def job_args(trainer_args, training_input: dict, base_output_dir: str = None) ->
     return args
 
 
-def _check_cluster_flags(seen: list, pools: list, recipe) -> None:
+def _check_cluster_flags(given: dict, pools: list, recipe) -> None:
     """Refuses the flags a ps/worker cluster (``pools`` with workers or parameter servers) cannot honour:
     ``--time-budget`` and ``--network auto`` (``recipe``: the recipe that gave them, if one did)."""
     cluster = [(count, role) for role, count, _ in pools if role in ("worker", "ps")]
@@ -518,10 +525,9 @@ def _check_cluster_flags(seen: list, pools: list, recipe) -> None:
         ("--time-budget", "plans the steps of one process, and the chief cannot time its workers", "--train-steps"),
         ("--network auto", "chooses the network for a --time-budget", "--network airbench"),
     ]
-    budget = flag_value(seen, "--time-budget") is not None
-    auto = flag_value(seen, "--network") == "auto"
-    for (flag, why, instead), given in zip(refused, (budget, auto)):
-        if given:
+    budget, auto = given.get("time_budget") is not None, given.get("network") == Network.AUTO
+    for (flag, why, instead), asked in zip(refused, (budget, auto)):
+        if asked:
             raise spec_lib.SpecError(
                 "%s%s %s; this config's machines make a ps/worker cluster (%s): give the cluster %s, or a "
                 "config with a masterType alone (one machine)."
@@ -529,17 +535,17 @@ def _check_cluster_flags(seen: list, pools: list, recipe) -> None:
             )
 
 
-def _check_output_places(seen: list, base_output_dir) -> None:
+def _check_output_places(given: dict, base_output_dir) -> None:
     """Refuses directories of this machine, which the job's machines cannot see, and a job with no place
     for its outputs (no ``--job-dir`` and no ``base_output_dir`` for Vertex AI's ``AIP_*`` directories)."""
     for flag in ("--data-dir", "--job-dir"):
-        value = flag_value(seen, flag)
+        value = given.get(flag[2:].replace("-", "_"))
         if value is not None and not value.startswith(("gs://", "/gcs/")):
             raise spec_lib.SpecError(
                 "%s %s is a directory of this machine, which the job's machines cannot see: give a gs:// path "
                 "(docs/cloud.md uploads the records)." % (flag, value)
             )
-    if flag_value(seen, "--job-dir") is None and not base_output_dir:
+    if given.get("job_dir") is None and not base_output_dir:
         raise spec_lib.SpecError(
             "this job has no place for its outputs: Vertex AI sets AIP_MODEL_DIR and AIP_CHECKPOINT_DIR only for a "
             "job with a base output directory: give --base-output-dir gs://BUCKET/jobs/NAME (or --job-dir gs://... "

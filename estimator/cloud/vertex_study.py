@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from estimator.cloud.vertex_job import JobOptions, custom_job_spec, flag_value
+from estimator.cloud.vertex_job import JobOptions, custom_job_spec, trainer_values
 from estimator.common import storage
 from estimator.tuning import spec as spec_lib
 from estimator.tuning.spec import ParamType
@@ -60,7 +60,7 @@ def trial_dir(config: dict, trial_id: str) -> str:
     job = config["trialJobSpec"]
     pool = job["workerPoolSpecs"][0]
     args = (pool.get("containerSpec") or pool.get("pythonPackageSpec") or {}).get("args") or []
-    job_dir = flag_value(args, "--job-dir")
+    job_dir = trainer_values(args).get("job_dir")
     if job_dir:
         return storage.join(job_dir, trial_id)
     base = (job.get("baseOutputDirectory") or {}).get("outputUriPrefix")

@@ -260,13 +260,20 @@ def _usage(f, declared, kind) -> str:
     return "%s %s%s" % (flag_name(f.name), value, " ..." if declared.item is not None else "")
 
 
-def given_flags(argv) -> set:
-    """The destinations of the flags ``argv`` gives (``@FILE`` expanded), defaults left out: what was
-    fixed by hand (``--network auto`` chooses only among members that agree with it)."""
+def given_values(argv) -> dict:
+    """``{destination: value}`` of the flags ``argv`` gives, as the trainer's own parser reads them (``@FILE``
+    expanded, defaults left out, nothing required): what a tool that reads the trainer's argv looks up. A flag the
+    parser refuses exits, as the trainer would (``SystemExit``)."""
     parser = build_parser()
     for action in parser._actions:
-        action.default = argparse.SUPPRESS
-    return set(vars(parser.parse_known_args(argv)[0]))  # a parser that extends the trainer's has more
+        action.default, action.required = argparse.SUPPRESS, False
+    return vars(parser.parse_known_args(argv)[0])  # a parser that extends the trainer's has more
+
+
+def given_flags(argv) -> set:
+    """The destinations of the flags ``argv`` gives: what was fixed by hand (``--network auto`` chooses only among
+    members that agree with it)."""
+    return set(given_values(argv))
 
 
 def flag_names() -> set:

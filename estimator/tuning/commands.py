@@ -31,7 +31,7 @@ def check_trainer_flags(trainer_flags, job_dir: str):
     # Here, not at the top: it imports TensorFlow, which --help and a bad config do not need.
     from estimator.budget import job as budget_job
 
-    if any(f == "--job-dir" or f.startswith("--job-dir=") for f in trainer_flags):
+    if "job_dir" in flags.given_values(trainer_flags):
         raise spec_lib.SpecError("--job-dir goes before --: the study gives each trial its own directory.")
     # The study's trials get a TF_CONFIG and trial of their own.
     environ = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "CLOUD_ML_TRIAL_ID")}
