@@ -55,6 +55,28 @@ def test_the_docs_serve_users_not_the_laboratory():
     assert lines <= 1400, lines
 
 
+def _paragraphs(text):
+    """The prose paragraphs and list items of a Markdown text: tables, code, headings and the flag table left out."""
+    head, _, rest = text.partition(flags.TABLE_START)
+    text = head + rest.partition(flags.TABLE_END)[2]
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    for block in re.split(r"\n\s*\n", text):
+        if block.strip() and not block.lstrip().startswith(("|", "#", "<!--")):
+            yield from re.split(r"\n(?=\s*(?:[-*]|\d+\.) )", block)
+
+
+def test_no_prose_paragraph_runs_past_150_words():
+    """Docs that read as a manual: a paragraph that lists runs is a table waiting to happen."""
+    assert len(list(_paragraphs("one two\n\n* three\n* four\n\n| a | b |\n\n```\nx\n```"))) == 3
+    long = [
+        "%s: %d words: %s" % (os.path.relpath(path, REPO), len(p.split()), p[:60])
+        for path in DOCS
+        for p in _paragraphs(open(path).read())
+        if len(p.split()) > 150
+    ]
+    assert long == []
+
+
 def test_the_flag_table_is_the_one_the_declarations_make():
     """docs/training.md's flag table is ``flags.markdown_table()`` (``make docs`` writes it): a flag's help,
     default and range are declared once, on its ``HParams`` field."""
