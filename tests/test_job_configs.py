@@ -18,7 +18,7 @@ def training_input(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["cmle_config.yaml", "cpu_config.yaml", "hptuning_config.yaml", "hptuning_recipe.yaml"]
+    "name", ["cmle_config.yaml", "cpu_config.yaml", "gpu_config.yaml", "hptuning_config.yaml", "hptuning_recipe.yaml"]
 )
 def test_config_matches_the_training_input_schema(name):
     spec = training_input(name)
@@ -58,7 +58,9 @@ def test_cluster_config_uses_parameter_servers_and_gpus():
     assert int(spec["parameterServerCount"]) >= 1 and int(spec["workerCount"]) >= 1
     counts = {spec[r]["acceleratorConfig"]["count"] for r in ("masterConfig", "workerConfig", "evaluatorConfig")}
     assert int(spec["evaluatorCount"]) == 1  # validations while it trains: a chief only trains
-    assert counts == {2}  # the README's command passes --num-gpus 2
+    counts = [spec[r]["acceleratorConfig"]["count"] for r in ("masterConfig", "workerConfig", "evaluatorConfig")]
+    assert counts == [2, 2, 1]  # the README's command passes --num-gpus 2; the evaluator gives itself 1
+    assert spec["evaluatorConfig"]["containerArgs"] == ["--num-gpus", "1"]
     assert "complex_model_m_gpu" in open(os.path.join(REPO, "cmle_config.yaml")).read()
 
 

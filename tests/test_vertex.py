@@ -1,6 +1,7 @@
 """Vertex AI configs from cmle_config.yaml and hptuning_config.yaml, against the aiplatform.v1 schema."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -42,14 +43,17 @@ def test_custom_job_from_cmle_config_runs_the_packages_container(tmp_path, capsy
     assert schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
     chief, workers, ps, evaluator = job["workerPoolSpecs"]
     two_t4s = {"machineType": "n1-standard-16", "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 2}
-    assert chief["machineSpec"] == two_t4s == evaluator["machineSpec"]
+    assert chief["machineSpec"] == two_t4s == workers["machineSpec"]
+    # The evaluator validates once per checkpoint: one T4, its own --num-gpus after the job's flags.
+    one_t4 = {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 1}
+    assert evaluator["machineSpec"] == one_t4
     assert [p["replicaCount"] for p in (chief, workers, ps, evaluator)] == ["1", "2", "1", "1"]
     assert ps["machineSpec"] == {"machineType": "n1-highmem-8"}
     for pool in (chief, workers, ps, evaluator):
         assert pool["containerSpec"] == {
             "imageUri": IMAGE,
             "command": ["python", "-m", "estimator.cifar10_main"],
-            "args": TRAINER,
+            "args": TRAINER + (["--num-gpus", "1"] if pool is evaluator else []),
         }
     assert job["baseOutputDirectory"] == {"outputUriPrefix": "gs://bucket/jobs/j1"}
     out = capsys.readouterr()
@@ -60,7 +64,7 @@ def test_custom_job_from_cmle_config_runs_the_packages_container(tmp_path, capsy
 def test_the_package_route_is_taken_only_with_an_executor_image_named_on_purpose(tmp_path, capsys):
     own = "europe-docker.pkg.dev/p/r/tf215-executor:1"
     trainer = ["--data-dir=gs://b/d", "--job-dir=gs://b/j", "--num-gpus=1", "--train-steps=10"]
-    args = ["custom-job", "--config", REPO + "/hptuning_config.yaml", "--package-uri", PACKAGE]
+    args = ["custom-job", "--config", REPO + "/gpu_config.yaml", "--package-uri", PACKAGE]
     code, job = generate(tmp_path, *args, "--executor-image-uri", own, "--", *trainer)
     assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
     assert job["workerPoolSpecs"][0]["pythonPackageSpec"] == {
@@ -171,6 +175,17 @@ def test_every_field_of_the_yaml_is_written_or_refused(tmp_path, capsys):
             "type 'NVIDIA_T4' is not one of Vertex AI's GPUs (aiplatform.v1 AcceleratorType), e.g. NVIDIA_TESLA_T4",
         ),
         ({"masterConfig": {"acceleratorConfig": {"type": "TPU_V3", "count": 8}}}, "'TPU_V3' is not one of"),
+        (
+            {"masterConfig": {"acceleratorConfig": {"type": "NVIDIA_TESLA_K80", "count": 1}}},
+            "type NVIDIA_TESLA_K80 has reached its end of support on Google Cloud: the job would not start; use "
+            "NVIDIA_TESLA_T4.",
+        ),
+        (
+            {"scaleTier": "BASIC_GPU", "masterType": None},
+            "scaleTier BASIC_GPU: give scaleTier CUSTOM, masterType n1-standard-8 and masterConfig.acceleratorConfig "
+            "{type: NVIDIA_TESLA_T4, count: 1}",
+        ),
+        ({"hyperparameters": {"goal": "MAXIMIZE"}}, "has trainingInput.hyperparameters: a custom job runs no study"),
     ]
     for change, message in refusals:
         config.write_text(yaml.safe_dump({"trainingInput": dict(fields, **change)}))
@@ -311,7 +326,13 @@ def test_the_gpus_written_are_those_of_google_s_own_accelerator_type_and_its_typ
     from tests.helpers import google_type_errors
 
     names = [t.name for t in AcceleratorType if t.name != "ACCELERATOR_TYPE_UNSPECIFIED"]
-    assert list(vertex_job.GPU_TYPES) == [n for n in names if not n.startswith("TPU_")]
+    gpus = [n for n in names if not n.startswith("TPU_")]
+    # Google's enum says which are gone, in each value's note: "Deprecated: ... has reached end of support".
+    notes = dict(re.findall(r"\n\s+(\w+) \(\d+\):\n\s+(.+?)(?=\n\s+\w+ \(\d+\):|\Z)", AcceleratorType.__doc__, re.S))
+    deprecated = {n for n in gpus if notes[n].startswith("Deprecated")}
+    assert deprecated == set(vertex_job.RETIRED_GPUS) == {"NVIDIA_TESLA_K80"}
+    assert list(vertex_job.GPU_TYPES) == [n for n in gpus if n not in deprecated]
+    assert set(vertex_job.RETIRED_GPUS.values()) <= set(vertex_job.GPU_TYPES)
     pool = {"machineSpec": {"machineType": "n1-standard-8"}, "replicaCount": "1", "containerSpec": {"imageUri": "i"}}
     assert google_type_errors({"workerPoolSpecs": [pool]}) == []
     for change, fragment in [
@@ -536,3 +557,28 @@ def test_best_args_of_a_finished_vertex_study_read_through_cloud_storage(gcs, tm
     os.replace(str(tmp_path / "out.yaml"), empty)
     assert vertex_cli.main(["best-args", empty, "--output", out]) == 1 and not os.path.exists(out)
     assert "no trial of %s has written its results.json yet" % empty in capsys.readouterr().err
+
+
+def test_a_written_job_says_the_quota_it_needs(tmp_path, capsys):
+    """The quota a new project must have before submitting (docs/cloud.md's table), printed beside the gcloud
+    command: the cluster, the one-GPU smoke job, and a study's trials at their parallelism."""
+    data = "--data-dir=gs://b/d"
+    for config, flags, needs in [
+        (
+            "cmle_config.yaml",
+            ["--num-gpus=2", "--variable-strategy=GPU"],
+            "64 N1 vCPUs, 7 custom_model_training_nvidia_t4_gpus",
+        ),
+        (
+            "gpu_config.yaml",
+            ["--num-gpus=1", "--network=airbench"],
+            "8 N1 vCPUs, 1 custom_model_training_nvidia_t4_gpus",
+        ),
+        ("cpu_config.yaml", ["--num-gpus=0"], "8 N1 vCPUs (docs"),
+    ]:
+        args = ["custom-job", "--config", os.path.join(REPO, config), "--image-uri", IMAGE, "--region", "us-central1"]
+        code, job = generate(tmp_path, *args, "--base-output-dir", "gs://b/j", "--", data, *flags)
+        assert code == 0 and "Quota it needs in us-central1: " + needs in capsys.readouterr().out, config
+    args = ["hp-tuning-job", "--config", os.path.join(REPO, "hptuning_config.yaml"), "--image-uri", IMAGE]
+    code, _ = generate(tmp_path, *args, "--base-output-dir", "gs://b/t", "--", data, "--num-gpus=1")
+    assert code == 0 and "32 N1 vCPUs, 4 custom_model_training_nvidia_t4_gpus" in capsys.readouterr().out

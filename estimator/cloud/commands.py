@@ -162,6 +162,7 @@ def write_config(kind: str, argv) -> int:
         shlex.quote(args.output),
     )
     print("Wrote %s. Submit it with:\n  %s" % (args.output, command))
+    print(vertex_job.quota_needs(config, options.region))
     print(
         "Rehearse it here first: python -m estimator.vertex local-run %s --engine docker --map gs://B=DIR (or "
         "--image IMAGE=PYTHON: a Python with the package installed stands for the image)" % shlex.quote(args.output)
@@ -190,6 +191,11 @@ def _job_config(kind: str, args, trainer_flags):
     cluster_note = vertex_job.cluster_note(vertex_job.worker_pools(machines))
     notes = [cluster_note] if cluster_note else []
     if kind == "custom-job":
+        if "hyperparameters" in training_input:
+            raise spec_lib.SpecError(
+                "%s has trainingInput.hyperparameters: a custom job runs no study. Write it with hp-tuning-job, or "
+                "give a config without them (gpu_config.yaml, cpu_config.yaml)." % args.config
+            )
         return vertex_job.custom_job_spec(machines, trainer_flags, options), options, notes
     if "resumePreviousJobId" in (training_input.get("hyperparameters") or {}):
         raise spec_lib.SpecError(

@@ -88,9 +88,9 @@ POOL_CONFIG_FIELDS = (
 )
 DISK_FIELDS = ("bootDiskType", "bootDiskSizeGb")
 # The GPUs of aiplatform.v1's AcceleratorType (tests/test_vertex.py holds this to Google's own enum); TPUs run
-# no Estimator tower of this package.
+# no Estimator tower of this package. Those the enum marks deprecated are refused with what replaces them.
+RETIRED_GPUS = {"NVIDIA_TESLA_K80": "NVIDIA_TESLA_T4"}  # end of support: cloud.google.com/compute/docs/eol/k80-eol
 GPU_TYPES = (
-    "NVIDIA_TESLA_K80",
     "NVIDIA_TESLA_P100",
     "NVIDIA_TESLA_V100",
     "NVIDIA_TESLA_P4",
@@ -106,6 +106,8 @@ GPU_TYPES = (
     "NVIDIA_RTX_PRO_6000",
 )
 SCALE_TIERS = {"BASIC": "n1-standard-4", "CUSTOM": None}
+# The legacy tiers with one machine, and the legacy machine type that is their Vertex AI equivalent.
+LEGACY_TIERS = {"BASIC_GPU": "standard_gpu", "BASIC_TPU": None}
 # trainingInput.scheduling (ml.v1) to Vertex AI's Scheduling (aiplatform.v1). maxWaitTime has no equivalent:
 # Vertex AI's maxWaitDuration applies only to the FLEX_START strategy.
 LEGACY_SCHEDULING = {"maxRunningTime": "timeout"}
@@ -169,7 +171,7 @@ def _refuse_legacy_fields(training_input: dict) -> None:
         if legacy in training_input:
             raise spec_lib.SpecError(
                 "trainingInput.%s %r is legacy AI Platform's runtime; on Vertex AI the container decides (the "
-                "Dockerfile: Python 3.10, TensorFlow 2.15.1): remove it." % (legacy, training_input[legacy])
+                "Dockerfile: Python 3.11, TensorFlow 2.15.1): remove it." % (legacy, training_input[legacy])
             )
     if training_input.get("useChiefInTfConfig", True) is not True:
         raise spec_lib.SpecError(
@@ -302,6 +304,11 @@ def _machine_spec(role: str, machine_type: str, config: dict) -> dict:
         kind = accelerator.get("type")
         if kind in (None, "ACCELERATOR_TYPE_UNSPECIFIED") or int(accelerator.get("count", 0)) < 1:
             raise spec_lib.SpecError("%s needs a type and a count >= 1, got %r." % (where, accelerator))
+        if kind in RETIRED_GPUS:
+            raise spec_lib.SpecError(
+                "%s.type %s has reached its end of support on Google Cloud: the job would not start; use %s."
+                % (where, kind, RETIRED_GPUS[kind])
+            )
         if kind not in GPU_TYPES:
             model = str(kind).rsplit("_", 1)[-1]  # NVIDIA_T4: the T4 is NVIDIA_TESLA_T4
             near = [t for t in GPU_TYPES if t.endswith("_" + model)] or difflib.get_close_matches(
@@ -379,6 +386,12 @@ def worker_pools(training_input: dict):
     if unknown:
         raise spec_lib.SpecError("trainingInput: unknown field %s." % unknown[0])
     tier = training_input.get("scaleTier", "BASIC" if "masterType" not in training_input else "CUSTOM")
+    if LEGACY_TIERS.get(tier):
+        machine, gpu, count = LEGACY_MACHINES[LEGACY_TIERS[tier]]
+        raise spec_lib.SpecError(
+            "trainingInput.scaleTier %s: give scaleTier CUSTOM, masterType %s and masterConfig.acceleratorConfig "
+            "{type: %s, count: %d} (gpu_config.yaml)." % (tier, machine, gpu, count)
+        )
     if tier not in SCALE_TIERS:
         raise spec_lib.SpecError(
             "trainingInput.scaleTier %r: only BASIC and CUSTOM (with masterType ...) map to "
@@ -617,3 +630,23 @@ def custom_job_spec(training_input: dict, trainer_args, options: JobOptions) -> 
         if value:
             job[key] = value
     return job
+
+
+def quota_needs(config: dict, region: str) -> str:
+    """What the project's Vertex AI training quota must allow in ``region`` for the job ``config`` (a custom job, or
+    a tuning job's trials at their parallelism): its vCPUs and GPUs per family, named as the quotas are."""
+    job = config.get("trialJobSpec", config)
+    parallel = int(config.get("parallelTrialCount", 1))
+    cpus, gpus = {}, {}
+    for pool in job["workerPoolSpecs"]:
+        machine, count = pool.get("machineSpec", {}), parallel * int(pool.get("replicaCount", 1))
+        if not machine:
+            continue  # a gap before a later pool
+        family, _, size = machine["machineType"].rpartition("-")
+        cpus[family.split("-")[0]] = cpus.get(family.split("-")[0], 0) + count * int(size if size.isdigit() else 0)
+        if machine.get("acceleratorType"):
+            gpu = machine["acceleratorType"].replace("NVIDIA_TESLA_", "NVIDIA_").lower()
+            gpus[gpu] = gpus.get(gpu, 0) + count * int(machine.get("acceleratorCount", 1))
+    parts = ["%d %s vCPUs" % (n, family.upper()) for family, n in sorted(cpus.items())]
+    parts += ["%d custom_model_training_%s_gpus" % (n, gpu) for gpu, n in sorted(gpus.items())]
+    return "Quota it needs in %s: %s (docs/cloud.md, Quota)." % (region, ", ".join(parts))
