@@ -10,7 +10,7 @@ import os
 
 from estimator.common import processes  # noqa: F401 - first: the start of the process where Linux does not say
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 # TensorFlow 2.15 turns oneDNN on by default only with AVX512_VNNI, AVX512_BF16 or AMX; without it an AVX2-only
 # CPU trains at half speed (docs/speed.md). TF_ENABLE_ONEDNN_OPTS=0 keeps TensorFlow's own choice.

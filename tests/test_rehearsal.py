@@ -225,14 +225,12 @@ def test_an_engine_runs_the_image_itself_with_vertex_ai_s_command_variables_and_
         (
             {"pythonPackageSpec": {"executorImageUri": "e:1", "packageUris": ["/p.tar.gz"], "pythonModule": "m"}},
             "true",
-            "the image e:1 is not mapped: name the Python that stands for it here with --image e:1=PYTHON (an "
-            "environment with the package installed, e.g. .venv/bin/python).",
+            "workerPoolSpecs[0].pythonPackageSpec: the package route was retired in 0.6.0",
         ),
     ],
 )
 def test_an_engine_that_is_not_here_or_an_executor_image_is_refused(tmp_path, pool, engine, message):
-    """An engine runs containers of the package; an executor image installs the sdist at start: a Python of
-    this machine stands for it."""
+    """An engine runs containers of the package; a pool of the retired package route is refused."""
     with pytest.raises(spec_lib.SpecError) as e:
         rehearsal.rehearse(_job(**pool), {}, {}, str(tmp_path), engine=engine)
     assert message in str(e.value)
@@ -284,45 +282,3 @@ def test_one_machine_is_a_single_process_whatever_tf_config_calls_it():
     assert with_evaluator.distributed and with_evaluator.task_type == "chief"
     two = json.dumps({"cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "worker", "index": 0}})
     assert cluster_lib.from_environment({"TF_CONFIG": two}).distributed
-
-
-@pytest.mark.slow
-def test_the_package_route_installs_the_sdist_from_the_bucket_and_runs_it(mini_records, tmp_path):
-    """--executor-image-uri (an image of the user's own with TensorFlow 2.15) and --package-uri: the rehearsal
-    installs the sdist from the mapped bucket, as the executor image does, and runs the installed package."""
-    import subprocess
-
-    bucket = tmp_path / "bucket"
-    (bucket / "packages").mkdir(parents=True)
-    subprocess.run(
-        [sys.executable, "setup.py", "-q", "sdist", "-d", str(bucket / "packages")],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    )
-    [sdist] = os.listdir(str(bucket / "packages"))
-    executor = "europe-docker.pkg.dev/p/r/tf215-executor:1"
-    out = str(tmp_path / "job.yaml")
-    trainer = SMALL_AIRBENCH + ["--train-steps", "4", "--data-dir", BUCKET + "/cifar-10-data", "--export", "false"]
-    argv = [
-        "custom-job",
-        "--config",
-        REPO + "/cpu_config.yaml",
-        "--executor-image-uri",
-        executor,
-        "--package-uri",
-        "%s/packages/%s" % (BUCKET, sdist),
-        "--base-output-dir",
-        BUCKET + "/jobs/pkg",
-        "--output",
-        out,
-        "--",
-        *trainer,
-    ]
-    assert vertex_cli.main(argv) == 0
-    code, said, _ = local_run(tmp_path, out, mini_records, image=executor)
-    assert code == 0, said[-3000:]
-    installed = tmp_path / "rehearsal" / "site-packages"
-    assert (installed / "estimator" / "cifar10_main.py").exists() and (installed / "estimator" / "recipes").is_dir()
-    results = json.load(open(str(bucket / "jobs" / "pkg" / "checkpoints" / "results.json")))
-    assert results["global_step"] == 4

@@ -61,28 +61,23 @@ def test_custom_job_from_cmle_config_runs_the_packages_container(tmp_path, capsy
     assert "python -m estimator.vertex local-run" in out.out and out.err == ""
 
 
-def test_the_package_route_is_taken_only_with_an_executor_image_named_on_purpose(tmp_path, capsys):
-    own = "europe-docker.pkg.dev/p/r/tf215-executor:1"
+def test_the_retired_package_route_is_refused_and_the_container_asked_for(tmp_path, capsys):
+    """The package route (an executor image installing the sdist) was retired in 0.6.0: its flags and
+    trainingInput.packageUris are refused in one line; without --image-uri the container is asked for."""
     trainer = ["--data-dir=gs://b/d", "--job-dir=gs://b/j", "--num-gpus=1", "--train-steps=10"]
-    args = ["custom-job", "--config", REPO + "/gpu_config.yaml", "--package-uri", PACKAGE]
-    code, job = generate(tmp_path, *args, "--executor-image-uri", own, "--", *trainer)
-    assert code == 0 and schema_errors(job, "GoogleCloudAiplatformV1CustomJobSpec") == []
-    assert job["workerPoolSpecs"][0]["pythonPackageSpec"] == {
-        "executorImageUri": own,
-        "packageUris": [PACKAGE],
-        "pythonModule": "estimator.cifar10_main",
-        "args": trainer,
-    }
-    capsys.readouterr()
-    for image, why in [
-        ("us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-15.py310:latest", "end of availability on 2025-11-14"),
-        ("europe-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest", "TensorFlow 2.17, which has no tf.est"),
-    ]:
-        code, _ = generate(tmp_path, *args, "--executor-image-uri", image, "--", *trainer)
-        assert code == 2 and why in capsys.readouterr().err
-    # Neither a container nor an executor image: the container is asked for, Google's images are said gone.
+    args = ["custom-job", "--config", REPO + "/gpu_config.yaml"]
+    for flag in (["--executor-image-uri", "europe-docker.pkg.dev/p/r/tf215:1"], ["--package-uri", PACKAGE]):
+        with pytest.raises(SystemExit):
+            generate(tmp_path, *args, *flag, "--", *trainer)
+        [line] = capsys.readouterr().err.strip().splitlines()[-1:]
+        assert line.endswith(
+            "%s: the package route was retired in 0.6.0 (Google's TensorFlow 2.15 executor images "
+            "are gone, and an image of your own is the container route with one image more): build "
+            "the Dockerfile's image and give --image-uri." % flag[0]
+        ), line
     code, _ = generate(tmp_path, *args, "--", *trainer)
     assert code == 2 and capsys.readouterr().err.startswith("error: name the container that runs the trainer")
+    assert not (tmp_path / "out.yaml").exists()
 
 
 def test_gaps_between_pools_are_refused_as_gcloud_refuses_empty_pools(tmp_path, capsys):
@@ -158,7 +153,7 @@ def test_every_field_of_the_yaml_is_written_or_refused(tmp_path, capsys):
         ({"scheduling": {"priority": 3}}, "scheduling.priority has no Vertex AI equivalent"),
         ({"useChiefInTfConfig": False}, "always names worker pool 0 'chief'"),
         ({"pythonModule": "trainer.task"}, "pythonModule 'trainer.task': the trainer is estimator.cifar10_main"),
-        ({"packageUris": [PACKAGE]}, "--image-uri runs the container's own package"),
+        ({"packageUris": [PACKAGE]}, "trainingInput.packageUris: the package route was retired in 0.6.0"),
         ({"network": "vpc"}, "must be projects/PROJECT_NUMBER/global/networks/NAME"),
         ({"scheduling": {"maxWaitTime": "600s"}}, "maxWaitTime has no Vertex AI equivalent: its maxWaitDuration"),
         ({"masterConfig": {"containerCommand": ["python", "task.py"]}}, "every pool runs the trainer"),

@@ -38,21 +38,26 @@ PROBE_CACHE_SUFFIX = "/probe-cache"
 USAGE = "usage: python -m estimator.vertex {custom-job,hp-tuning-job,local-run,best-args} ... (--help after one)"
 
 
+class _Retired(argparse.Action):
+    """The package route's flags: refused in one line."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", help=kwargs.get("help"))
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error("%s: %s." % (option_string, vertex_job.RETIRED_PACKAGE_ROUTE))
+
+
 def _parser(kind: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m estimator.vertex %s" % kind, description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True, help="cmle_config.yaml, cpu_config.yaml or hptuning_*.yaml.")
     parser.add_argument("--output", required=True, help="The YAML file to write.")
-    software = parser.add_argument_group("what runs (the container, by default)")
+    software = parser.add_argument_group("what runs")
     software.add_argument(
         "--image-uri", default=None, help="The package's container (Dockerfile), pushed to Artifact Registry."
     )
-    software.add_argument(
-        "--executor-image-uri",
-        default=None,
-        help="Instead of a container of the package: an image of your own with TensorFlow 2.15 that installs "
-        "--package-uri (Google's prebuilt TensorFlow 2.15 images are gone: refused).",
-    )
-    software.add_argument("--package-uri", default=None, help="gs:// URI of the sdist, with --executor-image-uri.")
+    for retired in ("--executor-image-uri", "--package-uri"):
+        software.add_argument(retired, action=_Retired, help=argparse.SUPPRESS)
     _add_placement_flags(parser.add_argument_group("where it runs and writes"))
     if kind == "hp-tuning-job":
         parser.add_argument(
@@ -177,8 +182,6 @@ def _job_config(kind: str, args, trainer_flags):
     options = vertex_job.job_options(
         training_input,
         image_uri=args.image_uri,
-        executor_image_uri=args.executor_image_uri,
-        package_uris=[args.package_uri] if args.package_uri else [],
         base_output_dir=args.base_output_dir,
         schedule=vertex_job.scheduling(args.spot, args.restart_job_on_worker_restart, args.timeout),
         service_account=args.service_account,
@@ -360,7 +363,7 @@ def _study_trainer_args(config: dict) -> list:
     """The trainer's flags a study's trials were given, as the user gave them (without the probe cache that
     ``_shared_probe_cache`` added)."""
     pool = config["trialJobSpec"]["workerPoolSpecs"][0]
-    trial_args = (pool.get("containerSpec") or pool.get("pythonPackageSpec"))["args"]
+    trial_args = pool["containerSpec"]["args"]
     if trial_args[-2:-1] == ["--probe-cache"] and trial_args[-1].endswith(PROBE_CACHE_SUFFIX):
         trial_args = trial_args[:-2]
     return trial_args

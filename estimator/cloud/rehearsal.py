@@ -20,10 +20,10 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 
+from estimator.cloud import vertex_job
 from estimator.cloud.local_cluster import ClusterError, LocalCluster
 from estimator.tuning import spec as spec_lib
 
@@ -65,6 +65,10 @@ def check_pools(pools) -> None:
             raise spec_lib.SpecError(
                 "workerPoolSpecs[%d] needs exactly one of pythonPackageSpec and containerSpec (gcloud refuses %s)."
                 % (i, "an empty pool in a --config file" if not software else "both")
+            )
+        if software == ["pythonPackageSpec"]:
+            raise spec_lib.SpecError(
+                "workerPoolSpecs[%d].pythonPackageSpec: %s." % (i, vertex_job.RETIRED_PACKAGE_ROUTE)
             )
         if not (pool.get("machineSpec") or {}).get("machineType"):
             raise spec_lib.SpecError("workerPoolSpecs[%d].machineSpec.machineType is required." % i)
@@ -116,30 +120,24 @@ def mapped(value: str, mapping: dict, required: bool = True) -> str:
 def _command(pool: dict, images: dict, mapping: dict, trial_args, engine=None, mounts=()) -> list:
     """A replica's command line as Vertex AI runs it: with the image's ``python`` standing for the image, or
     in the image itself under ENGINE (``_in_container``)."""
-    if "containerSpec" in pool:
-        spec, image = pool["containerSpec"], pool["containerSpec"]["imageUri"]
-        command = list(spec.get("command") or [])
-        if not command:
-            raise spec_lib.SpecError(
-                "containerSpec of %s has no command: the image's ENTRYPOINT would run; write the command." % image
-            )
-    else:
-        spec, image = pool["pythonPackageSpec"], pool["pythonPackageSpec"]["executorImageUri"]
-        command = ["python", "-m", spec["pythonModule"]]
-        if not spec.get("packageUris"):
-            raise spec_lib.SpecError("pythonPackageSpec of %s has no packageUris: Vertex AI needs the sdist." % image)
+    spec, image = pool["containerSpec"], pool["containerSpec"]["imageUri"]
+    command = list(spec.get("command") or [])
+    if not command:
+        raise spec_lib.SpecError(
+            "containerSpec of %s has no command: the image's ENTRYPOINT would run; write the command." % image
+        )
     args = [mapped(a, mapping) for a in list(spec.get("args") or []) + list(trial_args)]
     if image in images:
         if command[0] == "python":
             command[0] = images[image]
         return command + args
-    if engine and "containerSpec" in pool:
+    if engine:
         gpus = int((pool.get("machineSpec") or {}).get("acceleratorCount", 0))
         return _in_container(engine, image, command, mounts, gpus) + args
     raise spec_lib.SpecError(
         "the image %s is not mapped: name the Python that stands for it here with --image %s=PYTHON (an "
-        "environment with the package installed, e.g. .venv/bin/python)%s."
-        % (image, image, ", or run the image you built with --engine docker" if "containerSpec" in pool else "")
+        "environment with the package installed, e.g. .venv/bin/python), or run the image you built with "
+        "--engine docker." % (image, image)
     )
 
 
@@ -160,31 +158,6 @@ def _in_container(engine: str, image: str, command, mounts, gpus: int = 0) -> li
     for path in mounts:
         argv += ["--volume", "%s:%s" % (path, path)]
     return argv + [image] + command[1:]
-
-
-def _install_packages(sdists, python, work_dir) -> str:
-    """Installs the job's packages with PYTHON as the executor image does (pip, no dependencies: the image
-    has them) into a directory of the rehearsal's own; returns it. The package's source tree is not on that
-    path."""
-    site = os.path.join(work_dir, "site-packages")
-    proc = subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", site, *sdists],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode:
-        raise spec_lib.SpecError("pip could not install %s: %s" % (" ".join(sdists), proc.stderr.strip()[-500:]))
-    return site
-
-
-def _install_job_packages(pools, commands: dict, mapping: dict, work_dir: str):
-    """The job's sdists installed with the Python of the first pool that names them (``_install_packages``);
-    None for a job of containers."""
-    users = [i for i, pool in enumerate(pools) if (pool.get("pythonPackageSpec") or {}).get("packageUris")]
-    if not users:
-        return None
-    packages = sorted({uri for i in users for uri in pools[i]["pythonPackageSpec"]["packageUris"]})
-    return _install_packages([mapped(uri, mapping) for uri in packages], commands[POOL_ROLES[users[0]]][0], work_dir)
 
 
 def _trial(config: dict, trial: str, parameters) -> tuple:
@@ -208,7 +181,7 @@ def _outputs(job: dict, mapping: dict, trial_id) -> dict:
     return dict(zip(OUTPUT_VARIABLES, (root + "/model/", root + "/checkpoints/", root + "/logs/")))
 
 
-def _task_environment(cluster: LocalCluster, counts: dict, outputs: dict, trial_id, site, work_dir):
+def _task_environment(cluster: LocalCluster, counts: dict, outputs: dict, trial_id, work_dir):
     """Each replica's environment as Vertex AI sets it (TF_CONFIG comes from LocalCluster)."""
     names = dict(zip(POOL_ROLES, ("workerpool0", "workerpool1", "workerpool2", "workerpool3")))
     spec = {names[role]: addresses for role, addresses in cluster.spec.items()}
@@ -220,8 +193,6 @@ def _task_environment(cluster: LocalCluster, counts: dict, outputs: dict, trial_
         env["CLOUD_ML_HP_METRIC_FILE"] = os.path.join(work_dir, "%s-%d" % (role, index), METRIC_FILE)
         if trial_id:
             env["CLOUD_ML_TRIAL_ID"] = trial_id
-        if site:  # the packages the executor image installed, before anything else on its path
-            env["PYTHONPATH"] = site
         return env
 
     return task_env
@@ -268,7 +239,6 @@ def rehearse(
     commands = {
         POOL_ROLES[i]: _command(pool, images, mapping, trial_args, engine, mounts) for i, pool in enumerate(pools)
     }
-    site = _install_job_packages(pools, commands, mapping, work_dir)
     counts = {POOL_ROLES[i]: int(pool.get("replicaCount", 1)) for i, pool in enumerate(pools)}
     outputs = _outputs(job, mapping, trial_id)
     environ = {k: v for k, v in os.environ.items() if not k.startswith("AIP_") and k not in TASK_VARIABLES}
@@ -283,9 +253,7 @@ def rehearse(
         out=out,
         commands=commands,
     )
-    cluster.task_env = _task_environment(cluster, counts, outputs, trial_id, site, work_dir)
-    if site:  # as in the image: the package comes from what pip installed, not from a source tree here
-        cluster.cwd = work_dir
+    cluster.task_env = _task_environment(cluster, counts, outputs, trial_id, work_dir)
     code, reports = _run_replicas(cluster, work_dir, timeout)
     return Rehearsal(code, trial_id, outputs, reports[-1] if reports else {}, cluster.task("chief").log(), reports)
 

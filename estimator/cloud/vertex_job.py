@@ -24,13 +24,14 @@ from estimator.common.processes import TRAINER_MODULE as MODULE
 from estimator.training import flags, recipes
 from estimator.tuning import spec as spec_lib
 
-# Google's prebuilt TensorFlow training containers: those with tf.estimator (2.15 and older) reached their end
-# of availability (PREBUILT_TF_215_END), and 2.16 and later have none. A job runs the Dockerfile's container
-# unless an executor image is named on purpose: a Google one is checked against this, any other is the user's.
-PREBUILT_TF_IMAGE = re.compile(
-    r"^(?:[a-z]+-docker\.pkg\.dev|gcr\.io)/(?:vertex-ai|cloud-aiplatform)/training/(?P<name>[^:@]+)"
-)
+# Google's prebuilt TensorFlow training containers with tf.estimator (2.15 and older) reached their end of
+# availability on this day, and 2.16 and later have none: every job runs the package's own container.
 PREBUILT_TF_215_END = "2025-11-14"
+# The package route (an executor image installing an sdist), retired in 0.6.0: its flags and fields are refused.
+RETIRED_PACKAGE_ROUTE = (
+    "the package route was retired in 0.6.0 (Google's TensorFlow 2.15 executor images are gone, and an image of "
+    "your own is the container route with one image more): build the Dockerfile's image and give --image-uri"
+)
 
 # AI Platform's legacy machine types and their Compute Engine equivalents
 # (machine type, accelerator type, accelerator count), from the service's own
@@ -119,9 +120,7 @@ NETWORK_NAME = re.compile(r"^projects/[^/]+/global/networks/[^/]+$")
 class JobOptions:
     """What a custom job (or each trial of a tuning job) runs on and writes to, beside its machines."""
 
-    image_uri: str = None  # the container route (the default): an image with the package installed
-    executor_image_uri: str = None  # the package route, named on purpose: this image runs the sdist
-    package_uris: tuple = ()
+    image_uri: str = None  # the package's container (Dockerfile)
     base_output_dir: str = None
     schedule: dict = None
     service_account: str = None
@@ -137,33 +136,6 @@ def _one(name: str, flag_value, yaml_value, yaml_name: str):
             "%s %r and trainingInput.%s %r disagree: give one of them." % (name, flag_value, yaml_name, yaml_value)
         )
     return flag_value if flag_value is not None else yaml_value
-
-
-def check_executor_image(uri: str) -> None:
-    """A Google prebuilt training image is refused: 2.15 and older are gone, 2.16 and later lack tf.estimator.
-
-    Raises:
-      SpecError: naming the image and the fix.
-    """
-    match = PREBUILT_TF_IMAGE.match(uri)
-    if not match:
-        return  # the user's own image, named on purpose
-    name = match.group("name")
-    version = re.match(r"^tf-(?:cpu|gpu)\.2-(\d+)", name)
-    if version and int(version.group(1)) <= 15:
-        why = (
-            "Google's prebuilt TensorFlow 2.%s image, no longer served (the last with tf.estimator, 2.15, "
-            % (version.group(1))
-            + "reached its end of availability on %s)" % PREBUILT_TF_215_END
-        )
-    elif version:
-        why = "TensorFlow 2.%s, which has no tf.estimator (removed in 2.16)" % version.group(1)
-    else:
-        why = "a prebuilt image without TensorFlow 2.15"
-    raise spec_lib.SpecError(
-        "--executor-image-uri %s is %s: build the package's container (Dockerfile; docs/cloud.md) and pass "
-        "--image-uri, or name an executor image of your own with TensorFlow 2.15." % (uri, why)
-    )
 
 
 def _refuse_legacy_fields(training_input: dict) -> None:
@@ -183,30 +155,17 @@ def _refuse_legacy_fields(training_input: dict) -> None:
         raise spec_lib.SpecError("trainingInput.pythonModule %r: the trainer is %s." % (module, MODULE))
 
 
-def _software(training_input: dict, given: dict):
-    """``(image, executor image, package URIs)``: the container by default, the package route on purpose."""
-    image, executor = given.get("image_uri"), given.get("executor_image_uri")
-    packages = list(given.get("package_uris") or ()) + list(training_input.get("packageUris") or ())
-    if image and (executor or packages):
-        raise spec_lib.SpecError(
-            "--image-uri runs the container's own package: drop %s (they go with --executor-image-uri)."
-            % ("--executor-image-uri" if executor else "--package-uri / trainingInput.packageUris")
-        )
-    if not image and not executor:
+def _image(training_input: dict, given: dict) -> str:
+    """The container that runs the trainer."""
+    if "packageUris" in training_input:
+        raise spec_lib.SpecError("trainingInput.packageUris: %s." % RETIRED_PACKAGE_ROUTE)
+    if not given.get("image_uri"):
         raise spec_lib.SpecError(
             "name the container that runs the trainer: --image-uri REGION-docker.pkg.dev/PROJECT/REPO/"
             "cifar10-estimator:cpu (docs/cloud.md builds and pushes it); Google's prebuilt TensorFlow 2.15 "
             "images are gone (end of availability %s)." % PREBUILT_TF_215_END
         )
-    if executor:
-        check_executor_image(executor)
-        bad = [uri for uri in packages if not uri.startswith("gs://")] or ([] if packages else [None])
-        if bad:
-            raise spec_lib.SpecError(
-                "--package-uri %r must be a gs:// URI of the sdist (python setup.py sdist) for "
-                "--executor-image-uri to install." % bad[0]
-            )
-    return image, executor, tuple(packages)
+    return given["image_uri"]
 
 
 def _schedule(training_input: dict, given: dict):
@@ -266,7 +225,7 @@ def job_options(training_input: dict, **given) -> JobOptions:
     _refuse_legacy_fields(training_input)
     master_image = (training_input.get("masterConfig") or {}).get("imageUri")
     given = dict(given, image_uri=_one("--image-uri", given.get("image_uri"), master_image, "masterConfig.imageUri"))
-    image, executor, packages = _software(training_input, given)
+    image = _image(training_input, given)
     account, network, tensorboard = _identity(training_input, given)
     base_output_dir = _one("--base-output-dir", given.get("base_output_dir"), training_input.get("jobDir"), "jobDir")
     if tensorboard and not base_output_dir:
@@ -277,8 +236,6 @@ def job_options(training_input: dict, **given) -> JobOptions:
         )
     return JobOptions(
         image_uri=image,
-        executor_image_uri=executor,
-        package_uris=packages,
         base_output_dir=base_output_dir,
         schedule=_schedule(training_input, given),
         service_account=account,
@@ -592,7 +549,7 @@ def custom_job_spec(training_input: dict, trainer_args, options: JobOptions) -> 
     Args:
       training_input: the ``trainingInput`` mapping of cmle_config.yaml (or hptuning_config.yaml).
       trainer_args: the trainer's flags (``job_args``).
-      options: ``job_options``: the container (or executor image and sdist), outputs, schedule, identity.
+      options: ``job_options``: the container, outputs, schedule, identity.
     """
     specs = []
     for role, count, machine in worker_pools(training_input):
@@ -601,21 +558,8 @@ def custom_job_spec(training_input: dict, trainer_args, options: JobOptions) -> 
         if "diskSpec" in own:
             pool["diskSpec"] = own["diskSpec"]
         args = list(trainer_args) + own.get("args", [])
-        if options.image_uri:
-            image = own.get("image_uri", options.image_uri)
-            pool["containerSpec"] = {"imageUri": image, "command": ["python", "-m", MODULE], "args": args}
-        elif "image_uri" in own:
-            raise spec_lib.SpecError(
-                "trainingInput.%sConfig.imageUri goes with a container job (--image-uri), not "
-                "--executor-image-uri: remove it." % _config_name(role)
-            )
-        else:
-            pool["pythonPackageSpec"] = {
-                "executorImageUri": options.executor_image_uri,
-                "packageUris": list(options.package_uris),
-                "pythonModule": MODULE,
-                "args": args,
-            }
+        image = own.get("image_uri", options.image_uri)
+        pool["containerSpec"] = {"imageUri": image, "command": ["python", "-m", MODULE], "args": args}
         specs.append(pool)
     job = {"workerPoolSpecs": specs}
     if options.base_output_dir:

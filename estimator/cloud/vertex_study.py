@@ -59,7 +59,7 @@ def trial_dir(config: dict, trial_id: str) -> str:
     per-trial AIP_CHECKPOINT_DIR (``baseOutputDirectory/<trial>/checkpoints``), or ``--job-dir``/<trial>."""
     job = config["trialJobSpec"]
     pool = job["workerPoolSpecs"][0]
-    args = (pool.get("containerSpec") or pool.get("pythonPackageSpec") or {}).get("args") or []
+    args = (pool.get("containerSpec") or {}).get("args") or []
     job_dir = trainer_values(args).get("job_dir")
     if job_dir:
         return storage.join(job_dir, trial_id)
