@@ -31,6 +31,8 @@ from estimator.training.model_fn import model_fn_with
 v1 = tf.compat.v1
 
 RESULTS_FILE = "results.json"
+# How long a chief waits, beyond --eval-throttle-secs, for the evaluator to validate its final checkpoint.
+EVALUATOR_WAIT_SECS = 600
 
 
 def input_fn(hp: hparams_lib.HParams, subset: str, seed=None):
@@ -97,6 +99,11 @@ def _training_rank(cluster: cluster_lib.Cluster) -> int:
     return 0
 
 
+def _eval_dir(hp: hparams_lib.HParams) -> str:
+    """Where the validation evaluations write (the Estimator's ``eval_<name>``)."""
+    return storage.join(hp.job_dir, "eval_" + fmt.VALIDATION)
+
+
 def _is_evaluator(hp: hparams_lib.HParams) -> bool:
     return hp.cluster.task_type == "evaluator"
 
@@ -117,6 +124,7 @@ class Hooks:
     evaluation: list  # hooks of the evaluations during training
     saving_listeners: list  # told of each checkpoint training saves
     guests: tuple
+    relay: hooks.EvaluatorRelay = None  # a chief's, beside an evaluator
 
 
 def build_hooks(hp: hparams_lib.HParams, guests=()) -> Hooks:
@@ -136,16 +144,19 @@ def build_hooks(hp: hparams_lib.HParams, guests=()) -> Hooks:
         eval_mirror = storage.join(mirror, "eval_" + fmt.VALIDATION)
     reporter = hooks.EvalReporter(fmt.VALIDATION, mirror_dir=eval_mirror, trial=cluster.trial)
     after_eval = [reporter] + ([hooks.EvalPictures(hp, fmt.VALIDATION)] if cluster.is_chief or evaluator else [])
-    listeners = []
+    listeners, relay = [], None
     if cluster.distributed and cluster.task_type == "chief" and hp.validates:
-        listeners.append(hooks.EvaluatorRelay(storage.join(hp.job_dir, "eval_" + fmt.VALIDATION), trial=cluster.trial))
+        relay = hooks.EvaluatorRelay(_eval_dir(hp), trial=cluster.trial)
+        listeners.append(relay)
     eval_hooks = []
     for guest in guests:
         train_hooks += guest.train_hooks()
         after_eval += guest.after_eval()
         eval_hooks += guest.eval_hooks()
         listeners += guest.saving_listeners()
-    return Hooks(train_hooks, after_eval, speed, reporter, eval_hooks, listeners, tuple(guests))
+    if evaluator and hp.validates:  # last: the chief waits for it, so every exporter has run
+        after_eval.append(hooks.ValidationRecord(storage.join(_eval_dir(hp), hooks.VALIDATION_RECORD)))
+    return Hooks(train_hooks, after_eval, speed, reporter, eval_hooks, listeners, tuple(guests), relay)
 
 
 def _estimator(hp, run_config_, guests=()) -> tf.estimator.Estimator:
@@ -230,10 +241,19 @@ def _final_validation(hp, estimator_, job_hooks: Hooks):
         return None
     if job_hooks.reporter.results:
         return job_hooks.reporter.results[-1]
+    checkpoint = estimator_.latest_checkpoint()
+    if hp.cluster.evaluator and job_hooks.relay is not None:
+        step, wait = int(checkpoint.rsplit("-", 1)[-1]), hp.eval_throttle_secs + EVALUATOR_WAIT_SECS
+        logs.info("Waiting for the evaluator's validation of step %d (at most %d s)", step, wait)
+        record = storage.join(_eval_dir(hp), hooks.VALIDATION_RECORD)
+        validation = job_hooks.relay.final_validation(record, step, wait)
+        if validation is not None:
+            return validation
+        logs.warning("the evaluator did not validate step %d within %d s: the chief validates it", step, wait)
     # A chief (unlike a master or a local run) leaves evaluation to the evaluator task; the tuning
-    # service reads the chief's reports, so the chief evaluates the validation split once and reports it.
+    # service reads the chief's reports, so without an evaluator's the chief evaluates the validation split once.
     validation = estimator_.evaluate(input_fn(hp, fmt.VALIDATION), name=fmt.VALIDATION)
-    job_hooks.reporter.export(estimator_, None, estimator_.latest_checkpoint(), validation, True)
+    job_hooks.reporter.export(estimator_, None, checkpoint, validation, True)
     return validation
 
 

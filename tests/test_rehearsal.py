@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -135,6 +136,16 @@ def test_a_trial_on_a_parameter_server_cluster_validates_while_it_trains_and_rep
     metric = reported(out)
     assert 0 <= float(metric["accuracy"]) <= 1 and int(metric["global_step"]) >= 300
     assert os.listdir(os.path.join(job_dir, "export", "best"))
+    # The rehearsal ends the job with its chief, as Vertex AI may: the chief waited for the evaluator's
+    # validation of its final checkpoint (written after every exporter), relayed it and recorded it.
+    [final] = re.findall(r"\[chief/0\] .*Waiting for the evaluator's validation of step (\d+)", out) or [out[-3000:]]
+    last = json.load(open(os.path.join(job_dir, "eval_validation", "last_validation.json")))
+    results = json.load(open(os.path.join(job_dir, "results.json")))
+    assert last["global_step"] == int(final) >= 300  # async workers may pass max_steps by a step
+    assert results["validation_accuracy"] == pytest.approx(last["accuracy"])
+    assert int(metric["global_step"]) == last["global_step"] and float(metric["accuracy"]) == pytest.approx(
+        last["accuracy"]
+    )
 
 
 @pytest.mark.slow
@@ -279,6 +290,7 @@ def test_one_machine_is_a_single_process_whatever_tf_config_calls_it():
     assert not cluster_lib.from_environment({"TF_CONFIG": master}).distributed
     pools = json.dumps({"cluster": {"workerpool0": ["h:2222"], "workerpool3": ["e:2222"]}})
     with_evaluator = cluster_lib.from_environment({"TF_CONFIG": alone, "CLUSTER_SPEC": pools})
-    assert with_evaluator.distributed and with_evaluator.task_type == "chief"
+    assert with_evaluator.distributed and with_evaluator.task_type == "chief" and with_evaluator.evaluator
     two = json.dumps({"cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "worker", "index": 0}})
     assert cluster_lib.from_environment({"TF_CONFIG": two}).distributed
+    assert not cluster_lib.from_environment({"TF_CONFIG": two}).evaluator  # nobody to wait for

@@ -130,6 +130,7 @@ class LocalCluster(object):
         self.commands = dict(commands or {})
         self.task_env = task_env or (lambda role, index: {})
         self.cwd = None  # the tasks' working directory (default: this process's)
+        self.ends_with_chief = False  # Vertex AI's way: the job ends when its primary replica does
         self.tasks = {}
         self._lock = threading.Lock()
 
@@ -208,6 +209,8 @@ class LocalCluster(object):
                 chief = self.task(self.chief_role, 0)
                 if chief.process.poll() == 0 and chief_done_at is None:
                     chief_done_at = time.time()
+                    if self.ends_with_chief:
+                        return 0  # the other tasks are stopped below, finished or not
                 others = [t for t in self.tasks.values() if t.role in ("worker", "evaluator")]
                 if chief_done_at is not None and all(t.process.poll() == 0 for t in others):
                     return 0

@@ -254,6 +254,7 @@ def rehearse(
         commands=commands,
     )
     cluster.task_env = _task_environment(cluster, counts, outputs, trial_id, work_dir)
+    cluster.ends_with_chief = True  # as Vertex AI ends a job with its primary replica
     code, reports = _run_replicas(cluster, work_dir, timeout)
     return Rehearsal(code, trial_id, outputs, reports[-1] if reports else {}, cluster.task("chief").log(), reports)
 

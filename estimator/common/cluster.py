@@ -15,6 +15,7 @@ message instead of a stack trace deep inside ``RunConfig``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -37,6 +38,7 @@ class Cluster:
     task_type: str = None  # None when training locally
     task_index: int = 0
     trial: str = None  # hyperparameter tuning trial id, if any
+    evaluator: bool = False  # an evaluator task beside it (Vertex AI's CLUSTER_SPEC; TF_CONFIG never lists one)
 
     @property
     def distributed(self) -> bool:
@@ -156,17 +158,21 @@ def _task_index(spec: dict, task: dict) -> int:
 def from_environment(environ=None) -> Cluster:
     """``TF_CONFIG`` and ``CLOUD_ML_TRIAL_ID`` of ``environ`` (default ``os.environ``)."""
     environ = os.environ if environ is None else environ
-    return parse(environ.get("TF_CONFIG"), environ.get("CLOUD_ML_TRIAL_ID"), alone=_alone(environ.get("CLUSTER_SPEC")))
+    pools = _pools(environ.get("CLUSTER_SPEC"))
+    alone = sum(len(replicas) for replicas in pools.values()) <= 1  # without CLUSTER_SPEC, TF_CONFIG is all
+    cluster = parse(environ.get("TF_CONFIG"), environ.get("CLOUD_ML_TRIAL_ID"), alone=alone)
+    if cluster.distributed and pools.get("workerpool3"):
+        return dataclasses.replace(cluster, evaluator=True)
+    return cluster
 
 
-def _alone(cluster_spec) -> bool:
-    """Whether Vertex AI's ``CLUSTER_SPEC`` (pools ``workerpool0``..``3``, an evaluator's pool too) lists one
-    replica in all; True without it (TF_CONFIG is then all there is to know)."""
+def _pools(cluster_spec) -> dict:
+    """Vertex AI's ``CLUSTER_SPEC`` pools (``workerpool0``..``3``: an evaluator's pool too), or {}."""
     try:
         pools = (json.loads(cluster_spec) or {}).get("cluster") or {} if cluster_spec else {}
-        return sum(len(replicas) for replicas in pools.values()) <= 1
+        return pools if isinstance(pools, dict) else {}
     except (ValueError, AttributeError, TypeError):
-        return True
+        return {}
 
 
 @contextlib.contextmanager

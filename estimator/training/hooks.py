@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -12,6 +13,8 @@ from estimator.common import durations, logs, storage, tensor_names
 from estimator.reporting import pictures, summaries
 
 v1 = tf.compat.v1
+
+VALIDATION_RECORD = "last_validation.json"  # in the evaluation's directory, by the evaluator task
 
 
 class ProgressHook(v1.train.SessionRunHook):
@@ -220,6 +223,21 @@ class EvaluatorRelay(v1.train.CheckpointSaverListener):
     def after_save(self, session, global_step_value):
         self.relay()
 
+    def final_validation(self, record: str, step: int, timeout: float, poll_secs: float = 2.0):
+        """The evaluator's validation of checkpoint ``step`` from its ``ValidationRecord`` (written after every
+        exporter, the best export included), relayed: the chief waits for it, so that the job, which Vertex AI
+        ends with its primary replica, keeps the evaluator's last validation and export. None after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if storage.exists(record):
+                found = json.loads(storage.read_text(record))
+                if found["global_step"] >= step:
+                    self.relay()
+                    return found
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(poll_secs)
+
     def relay(self) -> None:
         done = {step for step, _ in self.relayed}
         [series] = summaries.read_scalars(self._eval_dir, [self._metric_tag]).values()
@@ -351,4 +369,22 @@ class EvalPictures(tf.estimator.Exporter):
             args = [r["mistakes/" + k] for k in ("images", "true", "predicted", "confidence")]
             draw = lambda: pictures.mistakes_png(*args)  # noqa: E731
             summaries.write_picture(dirs, "pictures/most_confident_mistakes", draw, step)
+        return None
+
+
+class ValidationRecord(tf.estimator.Exporter):
+    """Last after each evaluation on an evaluator: its scalars in ``path`` (``VALIDATION_RECORD`` in the evaluation's
+    directory), which the chief waits for at the end (``EvaluatorRelay.final_validation``)."""
+
+    def __init__(self, path: str):
+        self._path = path
+
+    @property
+    def name(self):
+        return "validation_record"
+
+    def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+        record = {k: float(eval_result[k]) for k in ("accuracy", "cross_entropy", "loss")}
+        record.update(global_step=int(eval_result["global_step"]), eval_examples=int(eval_result["eval_examples"]))
+        storage.write_text(self._path, json.dumps(record) + "\n")
         return None
