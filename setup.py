@@ -29,6 +29,8 @@ setup(
         "cloudml-hypertune>=0.1.0.dev6",
         "pyyaml>=5.1",
         "requests>=2.20",
+        # The archive's download (estimator.data.download): retries, verify-then-move; tqdm draws its progress.
+        "pooch>=1.6",
         "tqdm>=4.40",
         "numpy>=1.16",
         # The trainer's pictures (TensorBoard images, curves.png) and preflight's PNG.
