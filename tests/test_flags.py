@@ -461,6 +461,7 @@ def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini
     # thresholds 0.5.0 retired (their defaults there); the new ones are added, none renamed.
     again = json.loads(json.dumps(config.describe(hp)["hparams"]))  # as hparams.json holds it
     kept = {k: v for k, v in recorded["hparams"].items() if k not in hparams_lib.RETIRED}
+    assert again["cluster"].pop("evaluator") is False  # added in 0.6.0: no evaluator beside it
     assert {k: again[k] for k in kept} == kept
     thresholds = {k for k, retired in hparams_lib.RETIRED.items() if retired.version == "0.5.0"}
     assert len(thresholds) == 14 and all(k.startswith("health_") for k in thresholds)
