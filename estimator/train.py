@@ -197,6 +197,8 @@ def train_by_policy(hp: hparams_lib.HParams, estimator_: tf.estimator.Estimator,
         throttle_secs=hp.eval_throttle_secs,
     )
     tf.estimator.train_and_evaluate(estimator_, train_spec, eval_spec)
+    for guest in job_hooks.guests:
+        guest.after_training()
     return time.perf_counter() - start
 
 
@@ -358,8 +360,6 @@ def run(hp: hparams_lib.HParams, guests=()):
     # forward pass each); the test evaluation as --eval-flip-tta says.
     estimator_ = _estimator(hp.validation_hparams, run_config(hp), guests)
     train_seconds = train_by_policy(hp, estimator_, job_hooks)
-    for guest in guests:
-        guest.after_training()
     if not writes_job_records(hp):
         return None
     return final_results(hp, estimator_, job_hooks, train_seconds)

@@ -129,7 +129,6 @@ class LocalCluster(object):
         )
         self.commands = dict(commands or {})
         self.task_env = task_env or (lambda role, index: {})
-        self.cwd = None  # the tasks' working directory (default: this process's)
         self.ends_with_chief = False  # Vertex AI's way: the job ends when its primary replica does
         self.tasks = {}
         self._lock = threading.Lock()
@@ -146,7 +145,6 @@ class LocalCluster(object):
         env.update(self.task_env(role, index))
         process = subprocess.Popen(
             self.commands.get(role) or processes.trainer_command(self.trainer_args),
-            cwd=self.cwd,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -108,7 +108,7 @@ GPU_TYPES = (
 )
 SCALE_TIERS = {"BASIC": "n1-standard-4", "CUSTOM": None}
 # The legacy tiers with one machine, and the legacy machine type that is their Vertex AI equivalent.
-LEGACY_TIERS = {"BASIC_GPU": "standard_gpu", "BASIC_TPU": None}
+LEGACY_TIERS = {"BASIC_GPU": "standard_gpu"}
 # trainingInput.scheduling (ml.v1) to Vertex AI's Scheduling (aiplatform.v1). maxWaitTime has no equivalent:
 # Vertex AI's maxWaitDuration applies only to the FLEX_START strategy.
 LEGACY_SCHEDULING = {"maxRunningTime": "timeout"}
@@ -343,7 +343,7 @@ def worker_pools(training_input: dict):
     if unknown:
         raise spec_lib.SpecError("trainingInput: unknown field %s." % unknown[0])
     tier = training_input.get("scaleTier", "BASIC" if "masterType" not in training_input else "CUSTOM")
-    if LEGACY_TIERS.get(tier):
+    if tier in LEGACY_TIERS:
         machine, gpu, count = LEGACY_MACHINES[LEGACY_TIERS[tier]]
         raise spec_lib.SpecError(
             "trainingInput.scaleTier %s: give scaleTier CUSTOM, masterType %s and masterConfig.acceleratorConfig "
@@ -422,19 +422,19 @@ def trainer_values(args) -> dict:
     Raises:
       SpecError: the trainer's own message, for a flag it would refuse.
     """
-    with _trainer_refusal("the trainer would refuse its flags: "):
+    with _trainer_refusal():
         return flags.given_values(list(args))
 
 
 @contextlib.contextmanager
-def _trainer_refusal(prefix: str):
+def _trainer_refusal():
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):
             yield
     except SystemExit:
         line = next((x for x in errors.getvalue().splitlines() if "error: " in x), errors.getvalue().strip())
-        raise spec_lib.SpecError(prefix + line.split("error: ", 1)[-1]) from None
+        raise spec_lib.SpecError("the trainer would refuse its flags: " + line.split("error: ", 1)[-1]) from None
 
 
 def parse_trainer_flags(args, cluster: Cluster, gpus_visible: int):
@@ -443,7 +443,7 @@ def parse_trainer_flags(args, cluster: Cluster, gpus_visible: int):
     Raises:
       SpecError: the trainer's own message.
     """
-    with _trainer_refusal("the trainer would refuse its flags: "):
+    with _trainer_refusal():
         parsed = flags.build_parser().parse_args(list(args))
     try:
         flags.validate(parsed, cluster, gpus_visible)
@@ -586,11 +586,11 @@ def quota_needs(config: dict, region: str) -> str:
         machine, count = pool.get("machineSpec", {}), parallel * int(pool.get("replicaCount", 1))
         if not machine:
             continue  # a gap before a later pool
-        family, _, size = machine["machineType"].rpartition("-")
-        cpus[family.split("-")[0]] = cpus.get(family.split("-")[0], 0) + count * int(size if size.isdigit() else 0)
+        series, size = machine["machineType"].split("-")[0], machine["machineType"].rsplit("-", 1)[-1]
+        cpus[series] = cpus.get(series, 0) + count * int(size if size.isdigit() else 0)
         if machine.get("acceleratorType"):
             gpu = machine["acceleratorType"].replace("NVIDIA_TESLA_", "NVIDIA_").lower()
             gpus[gpu] = gpus.get(gpu, 0) + count * int(machine.get("acceleratorCount", 1))
-    parts = ["%d %s vCPUs" % (n, family.upper()) for family, n in sorted(cpus.items())]
+    parts = ["%d %s vCPUs" % (n, series.upper()) for series, n in sorted(cpus.items())]
     parts += ["%d custom_model_training_%s_gpus" % (n, gpu) for gpu, n in sorted(gpus.items())]
     return "Quota it needs in %s: %s (docs/cloud.md, Quota)." % (region, ", ".join(parts))

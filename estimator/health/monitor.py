@@ -34,7 +34,6 @@ from estimator.training.guest import Guest
 v1 = tf.compat.v1
 
 EXIT_STATUS = 4
-RECORD = summaries.HEALTH_RECORD
 
 
 class HealthStop(JobStop):
@@ -242,9 +241,8 @@ class HealthChecks(Guest):
     the rules' hook beside training (not on an evaluator) and after each validation."""
 
     def __init__(self, hp):
-        evaluator = hp.cluster.task_type == "evaluator"
-        self.evaluator = evaluator
-        self.monitor = HealthMonitor(hp, is_chief=hp.cluster.is_chief or evaluator, mirror_dir=hp.tensorboard_dir)
+        self.evaluator = hp.cluster.task_type == "evaluator"
+        self.monitor = HealthMonitor(hp, is_chief=hp.cluster.is_chief or self.evaluator, mirror_dir=hp.tensorboard_dir)
 
     def add_to_graph(self, graph) -> None:
         hp, model = graph.hp, graph.model

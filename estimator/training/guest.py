@@ -50,7 +50,8 @@ class Guest:
         return True
 
     def after_training(self) -> None:
-        """After training and its evaluations; may raise to end the job before its records are written."""
+        """After training (a short run's: before its one validation); may raise to end the job before its records
+        are written."""
 
     def before_test(self, hp, estimator):
         """On the chief before the test evaluation: the hyperparameters it runs with (``hp``, or a copy)."""
