@@ -61,8 +61,9 @@ def startup(recipe: str, data_dir: str, cache: str) -> dict:
         return json.loads(out.strip().splitlines()[-1])
 
 
-def member_speeds(data_dir: str, rounds: int, precisions) -> list:
-    """Each member's training and evaluation images/s at batch 512 and at its probe batch, per precision."""
+def member_speeds(data_dir: str, rounds: int, precisions, names=None) -> list:
+    """Each member's (``names``' and the reference's, when given) training and evaluation images/s at batch 512 and
+    at its probe batch, per precision."""
     from estimator.budget import family
     from estimator.budget import probes as speed_probes
     from estimator.training import config
@@ -70,19 +71,20 @@ def member_speeds(data_dir: str, rounds: int, precisions) -> list:
     with tempfile.TemporaryDirectory() as job:
         argv = ["--data-dir", data_dir, "--job-dir", job, "--num-gpus", "0", "--network", "airbench"]
         hp, _ = config.parse(argv + ["--train-batch-size", "512", "--eval-batch-size", "500"])
+    members = [m for m in family.MEMBERS if not names or m.name in names or m.name == family.REFERENCE]
     rows = []
     for name in precisions:
         best = {}
         for _ in range(rounds):
-            for m in family.MEMBERS:
-                shape = hp.replace(group_depth=m.group_depth, width_multiplier=m.width_multiplier)
+            for m in members:
+                shape = hp.replace(**{name: getattr(m, name) for name in family.SHAPE})
                 for batch in sorted({512, family.probe_batch(m.name, 512)}):
                     rate = speed_probes.time_network(shape.replace(train_batch_size=batch), name, max_secs=None)
                     old = best.get((m.name, batch), (0.0, 0.0))
                     best[(m.name, batch)] = (max(old[0], rate["train"]), max(old[1], rate["eval"]))
         reference = family.member(family.REFERENCE)
         ref_rate = best[(reference.name, 512)][0] * reference.forward_mflops
-        for m in family.MEMBERS:
+        for m in members:
             probe = family.probe_batch(m.name, 512)
             train, evaluate = best[(m.name, 512)]
             rows.append(
@@ -156,6 +158,7 @@ def main(argv=None) -> int:
     parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=RECIPES)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--skip-members", action="store_true", help="Only the start-up of each recipe.")
+    parser.add_argument("--members", nargs="+", default=None, help="Time only these members (and the reference).")
     parser.add_argument("--out", default="benchmarks/results/probe_cost.json")
     args = parser.parse_args(argv)
     from estimator.common.machine import cpu_info, native_bf16
@@ -164,7 +167,7 @@ def main(argv=None) -> int:
     result = {"startup": startup_table(args.recipes, args.data_dir, args.rounds), "members": []}
     if not args.skip_members:
         precisions = ["fp32", "bf16"] if native_bf16(cpu_info()) else ["fp32"]
-        result["members"] = members_table(member_speeds(args.data_dir, args.rounds, precisions))
+        result["members"] = members_table(member_speeds(args.data_dir, args.rounds, precisions, args.members))
     write_result(args.out, result)
     print("\nwrote", args.out)
     return 0

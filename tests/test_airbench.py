@@ -108,6 +108,14 @@ def test_network_shape_and_parameter_count():
         ]
         assert not [v for v in v1.global_variables() if "gamma" in v.op.name]  # batch norm without scale
     assert registry.describe(hp(network="airbench", width_multiplier=0.5)) == "airbench network x0.5 wide"
+    # --group-widths names each group's filters: 3x3 kernels 24-32-32-192-192-192-192, a 192x10 classifier.
+    with tf.Graph().as_default():
+        registry.build(hp(network="airbench", group_widths=(32, 192, 192)), True).forward_pass(tf.zeros([2, 32, 32, 3]))
+        kernels = [v.shape.as_list() for v in v1.trainable_variables() if v.op.name.endswith("kernel")]
+        assert kernels == [[3, 3, 24, 32], [3, 3, 32, 32], [3, 3, 32, 192], [3, 3, 192, 192]] + [
+            [3, 3, 192, 192]
+        ] * 2 + [[192, 10]]
+    assert registry.describe(hp(network="airbench", group_widths=(32, 192, 192))) == "airbench network 32/192/192 wide"
     assert registry.describe(hp(num_layers=14, width_multiplier=2)) == "ResNet-14 v1 x2 wide"
 
 

@@ -78,6 +78,16 @@ def test_flags_file(mini_records, tmp_path):
         (["--use-distortion-for-training", "maybe"], "'maybe' is not a boolean"),
         (["--data-format", "NCHW"], "invalid choice: 'NCHW'"),
         (["--optimizer", "auto"], "--optimizer auto chooses by the epochs a --time-budget affords: give a budget"),
+        (
+            ["--network", "airbench", "--group-widths", "32", "192"],
+            "--group-widths 32 192: give the filters of airbench's 3 groups, each at",
+        ),
+        (["--network", "airbench", "--group-widths", "32", "0", "8"], "--group-widths 32 0 8: give the filters"),
+        (["--group-widths", "32", "192", "192"], "--group-widths shapes --network airbench's groups: drop it"),
+        (
+            ["--network", "airbench", "--group-widths", "32", "192", "192", "--width-multiplier", "0.5"],
+            "--group-widths and --width-multiplier 0.5 both set the widths: keep one",
+        ),
     ],
 )
 def test_bad_flags_name_the_value_and_the_fix(mini_records, tmp_path, capsys, flags, message):
@@ -468,7 +478,7 @@ def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini
     assert set(recorded["hparams"]) - set(again) == {"ema_decay", "zero_init_residual"} | thresholds
     assert (recorded["hparams"]["ema_decay"], recorded["hparams"]["zero_init_residual"]) == (0.0, False)
     added = {"filter_gradients", "speed_probe", "save_summary_steps", "eval_examples", "optimizer"}
-    added |= {"muon_learning_rate", "muon_momentum", "tta_fraction", "optimizer_choice"}
+    added |= {"muon_learning_rate", "muon_momentum", "tta_fraction", "optimizer_choice", "group_widths"}
     assert set(again) - set(recorded["hparams"]) == added
     # Its training graph builds from hparams.json alone, and the same flags restart it.
     with tf.Graph().as_default():
@@ -541,7 +551,7 @@ def test_every_flag_is_one_declared_field_in_a_known_group():
         settings.flag_name(name) for name in hparams_lib.RETIRED
     } == {a.option_strings[0] for a in flags.build_parser()._actions if a.dest != "help"}
     assert [g.key for g in settings.GROUPS] == list(dict.fromkeys(d.group for _, d, _ in declared))
-    assert len(declared) == 63 and len(RANGED) == 27
+    assert len(declared) == 64 and len(RANGED) == 27
     with pytest.raises(ValueError, match="setting group 'nowhere' is not one of job, network"):
         settings.setting(1, "nowhere", "A setting without a group.")
 
@@ -572,7 +582,7 @@ def test_the_settings_that_shape_the_network_are_declared_once_and_every_list_fo
     from estimator.resilience import jobdir
 
     shape = options.network_shape(hparams_lib.HParams)
-    assert shape == ("network", "num_layers", "resnet_version", "group_depth", "width_multiplier")
+    assert shape == ("network", "num_layers", "resnet_version", "group_depth", "width_multiplier", "group_widths")
     assert jobdir.NETWORK_FLAGS == shape and set(family.SHAPE) <= set(shape)
     read = set()
     for name in ("registry", "layers", "resnet", "airbench"):
@@ -585,6 +595,6 @@ def test_the_settings_that_shape_the_network_are_declared_once_and_every_list_fo
     base = hp(network="airbench", width_multiplier=0.5)
     keys = {
         probes.cache_key(cpu, base.replace(**{name: value}))
-        for name, value in [("group_depth", 3), ("width_multiplier", 0.75)]
+        for name, value in [("group_depth", 3), ("width_multiplier", 0.75), ("group_widths", (32, 192, 192))]
     }
-    assert len(keys | {probes.cache_key(cpu, base)}) == 3
+    assert len(keys | {probes.cache_key(cpu, base)}) == 4

@@ -145,7 +145,12 @@ def test_only_members_whose_estimate_leaves_the_choice_open_are_timed():
 def test_the_members_multiply_adds_are_the_profilers():
     for m in family.MEMBERS:
         hp = HParams(
-            data_dir="", job_dir="", network="airbench", group_depth=m.group_depth, width_multiplier=m.width_multiplier
+            data_dir="",
+            job_dir="",
+            network="airbench",
+            group_depth=m.group_depth,
+            width_multiplier=m.width_multiplier,
+            group_widths=m.group_widths,
         )
         assert round(registry.forward_flops(hp) / 1e6, 1) == m.forward_mflops, m.name
 
@@ -302,7 +307,12 @@ def test_an_auto_job_records_its_choice_plans_its_views_and_a_restart_keeps_them
     choice = recorded["network_choice"]
     member = family.member(choice["member"])
     assert recorded["network"] == "airbench" and choice["budget_secs"] == 30.0
-    assert (recorded["group_depth"], recorded["width_multiplier"]) == (member.group_depth, member.width_multiplier)
+    widths = recorded["group_widths"] and tuple(recorded["group_widths"])
+    assert (recorded["group_depth"], recorded["width_multiplier"], widths) == (
+        member.group_depth,
+        member.width_multiplier,
+        member.group_widths,
+    )
     assert (recorded["crop_padding"], recorded["cutout"]) == (member.crop_padding, member.cutout)
     assert {c["member"] for c in choice["candidates"]} == {m.name for m in family.MEMBERS}
     assert "--network auto: %s" % member.name in out
@@ -481,3 +491,17 @@ def test_a_studys_trials_share_what_the_first_measured(mini_records, tmp_path, m
     assert cpu.timed == timed and second.job_dir.endswith("/job/2")
     assert second.network_choice == first.network_choice and second.speed_probe == first.speed_probe
     assert storage.exists(storage.join(base, "probe-cache", speed_probes.CACHE_FILE))
+
+
+def test_a_member_of_other_group_widths_is_spelled_and_parsed_as_its_flags(mini_records, tmp_path):
+    """A study's trials train the member a recipe chose from its flags: each group's filters as --group-widths."""
+    from estimator import cifar10_main
+
+    flags = family.member("airbench94 32/192/192").flags()
+    assert flags == [
+        "--network", "airbench", "--group-depth", "2", "--width-multiplier", "1",
+        "--group-widths", "32", "192", "192", "--crop-padding", "2", "--cutout", "0",
+    ]  # fmt: skip
+    assert "--group-widths" not in family.member("airbench94 x0.5").flags()
+    hp = cifar10_main.parse(["--data-dir", mini_records, "--job-dir", str(tmp_path), "--num-gpus", "0"] + flags)
+    assert hp.group_widths == (32, 192, 192) and hp.width_multiplier == 1.0

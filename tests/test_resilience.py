@@ -359,3 +359,24 @@ def test_spot_vms_and_scheduling_fields_reach_the_job_config(tmp_path, capsys):
     assert check(tuning, {"$ref": "GoogleCloudAiplatformV1HyperparameterTuningJob"}, schemas=AIPLATFORM_SCHEMAS) == []
     code, said = vertex_config(capsys, "custom-job", "cmle_config.yaml", out, "--timeout", "soon")
     assert code == 2 and "'soon' is not a positive duration" in said
+
+
+def test_a_job_dir_of_other_group_widths_is_refused_naming_the_flags_that_fit_it(tmp_path):
+    """--group-widths shapes the checkpoint: hparams.json records it as a list, the flag gives a tuple."""
+    from tests.helpers import hp
+
+    def recorded(widths):
+        with open(str(tmp_path / "hparams.json"), "w") as f:
+            json.dump({"hparams": {"network": "airbench", "num_layers": 8, "group_widths": widths}}, f)
+
+    recorded([32, 192, 192])
+    jobdir.check_same_network(hp(job_dir=str(tmp_path), network="airbench", group_widths=(32, 192, 192)))
+    with pytest.raises(jobdir.ForeignJobDirError) as refused:
+        jobdir.check_same_network(hp(job_dir=str(tmp_path), network="airbench"))
+    assert str(refused.value).endswith(
+        "--group-widths is None here, 32 192 192 in its hparams.json. Use another --job-dir, or this job's own "
+        "flags (--group-widths 32 192 192)."
+    )
+    recorded(None)
+    with pytest.raises(jobdir.ForeignJobDirError, match=r"this job's own flags \(no --group-widths\)\.$"):
+        jobdir.check_same_network(hp(job_dir=str(tmp_path), network="airbench", group_widths=(64, 128, 128)))

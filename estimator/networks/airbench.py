@@ -92,7 +92,8 @@ def dirac_initializer(shape, dtype=tf.float32, partition_info=None):
 
 
 class AirbenchCifar10(layers.Network):
-    """Airbench94's network with 10 logits; ``width_multiplier`` scales its 64/256/256 filters;
+    """Airbench94's network with 10 logits; ``width_multiplier`` scales its 64/256/256 filters, or ``widths`` names
+    each group's;
     ``group_depth`` 3 makes its groups airbench96's (three convolutions, a residual around the last two).
 
     ``whitening``: the whitening kernel's initial value (``whitening_kernel`` of training images),
@@ -114,10 +115,11 @@ class AirbenchCifar10(layers.Network):
         group_depth: int = 2,
         fused_activation: bool = True,
         filter_gradients=None,
+        widths=None,
     ):
         super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon, precision, filter_gradients)
         self.num_classes = fmt.NUM_CLASSES
-        self.widths = [int(round(w * width_multiplier)) for w in WIDTHS]
+        self.widths = list(widths or [int(round(w * width_multiplier)) for w in WIDTHS])
         self.whitening = whitening
         self._activation = gelu.fused_gelu if fused_activation else tf.nn.gelu
         if group_depth not in GROUP_DEPTHS:

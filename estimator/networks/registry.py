@@ -21,6 +21,8 @@ NETWORKS = Network.values()
 def describe(hp) -> str:
     """The network of ``hp`` in words, for logs and errors: "ResNet-14 v1 x2 wide", "airbench network"."""
     width = "" if hp.width_multiplier == 1 else " x%g wide" % hp.width_multiplier
+    if hp.group_widths:
+        width = " %s wide" % "/".join(map(str, hp.group_widths))
     if hp.network == Network.AIRBENCH:
         return "airbench network%s%s" % (
             width,
@@ -54,6 +56,7 @@ def build(hp, is_training: bool, precision: str = None, whitening=None, serving:
             group_depth=hp.group_depth,
             fused_activation=not serving,
             filter_gradients=filter_gradients,
+            widths=hp.group_widths,
         )
     if hp.network != Network.RESNET:
         raise ValueError("network %r is not one of %s." % (hp.network, ", ".join(NETWORKS)))

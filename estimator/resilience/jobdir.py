@@ -225,6 +225,7 @@ def check_same_network(hp) -> None:
     differences = []
     for name in NETWORK_FLAGS + OPTIMIZER_FLAGS + SWITCH_FLAGS:
         theirs = recorded.get(name, getattr(defaults, name))
+        theirs = tuple(theirs) if isinstance(theirs, list) else theirs  # JSON's lists are the flags' tuples
         ours = getattr(hp, name)
         if name in SWITCH_FLAGS:
             if bool(theirs) != bool(ours):
@@ -238,7 +239,17 @@ def check_same_network(hp) -> None:
             "%s holds another network's checkpoints: %s. Use another --job-dir, or this job's own flags (%s)."
             % (
                 hp.job_dir,
-                "; ".join("%s is %s here, %s in its hparams.json" % d for d in differences),
-                " ".join("%s %s" % (flag, theirs) for flag, _, theirs in differences),
+                "; ".join(
+                    "%s is %s here, %s in its hparams.json" % (f, _words(o), _words(t)) for f, o, t in differences
+                ),
+                " ".join(
+                    "%s %s" % (flag, _words(theirs)) if theirs is not None else "no " + flag
+                    for flag, _, theirs in differences
+                ),
             )
         )
+
+
+def _words(value) -> str:
+    """A recorded value as its flag takes it: ``32 192 192`` for a list flag's."""
+    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)

@@ -114,6 +114,7 @@ def _settings(flag_values: dict, places: dict, cluster) -> hparams_lib.HParams:
         # Training on the validation split leaves nothing to validate on: train, then test.
         eval_policy=EvalPolicy.FINAL if fmt.VALIDATION in train_subsets else values["eval_policy"],
         lr_decay_steps=None if values["lr_decay_steps"] is None else tuple(values["lr_decay_steps"]),
+        group_widths=None if values["group_widths"] is None else tuple(values["group_widths"]),
         data_format=values["data_format"]
         or (DataFormat.CHANNELS_FIRST if values["num_gpus"] else DataFormat.CHANNELS_LAST),
         cluster=cluster,

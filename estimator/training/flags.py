@@ -405,6 +405,18 @@ def _check_network(args) -> None:
                 "%s shape a ResNet; --network %s has its own fixed layers: drop them or use --network resnet."
                 % (" and ".join(given), args.network)
             )
+    if args.group_widths is not None:
+        if args.network == Network.RESNET:
+            raise ValueError("--group-widths shapes --network airbench's groups: drop it or use --network airbench.")
+        if len(args.group_widths) != 3 or min(args.group_widths) < 1:
+            raise ValueError(
+                "--group-widths %s: give the filters of airbench's 3 groups, each at least 1, e.g. 32 192 192."
+                % " ".join(map(str, args.group_widths))
+            )
+        if args.width_multiplier != HParams.width_multiplier:
+            raise ValueError(
+                "--group-widths and --width-multiplier %g both set the widths: keep one." % args.width_multiplier
+            )
     if args.network == Network.RESNET and args.group_depth != HParams.group_depth:
         raise ValueError(
             "--group-depth %d shapes the groups of --network airbench; a ResNet's depth is --num-layers: drop it "

@@ -134,6 +134,15 @@ class HParams:
         range=Range(0, low_open=True, step=1 / 8, example="0.5, 1, 1.5, 2"),
         shapes=True,
     )
+    group_widths: tuple = setting(
+        None,
+        "network",
+        "--network airbench: the filters of each of its three groups, e.g. 32 192 192, for --width-multiplier's.",
+        item=int,
+        metavar="N",
+        default_text="64 256 256 x --width-multiplier",
+        shapes=True,
+    )
     batch_norm_decay: float = setting(
         0.997,
         "network",
@@ -399,7 +408,7 @@ class HParams:
         values = {k: v for k, v in values.items() if k in known}
         if isinstance(values.get("cluster"), dict):
             values["cluster"] = Cluster(**values["cluster"])
-        for name in ("lr_decay_steps", "train_subsets"):
+        for name in ("lr_decay_steps", "train_subsets", "group_widths"):
             if values.get(name) is not None:
                 values[name] = tuple(values[name])
         return cls(**values)
