@@ -144,14 +144,7 @@ def test_only_members_whose_estimate_leaves_the_choice_open_are_timed():
 
 def test_the_members_multiply_adds_are_the_profilers():
     for m in family.MEMBERS:
-        hp = HParams(
-            data_dir="",
-            job_dir="",
-            network="airbench",
-            group_depth=m.group_depth,
-            width_multiplier=m.width_multiplier,
-            group_widths=m.group_widths,
-        )
+        hp = HParams(data_dir="", job_dir="", network="airbench", **{name: getattr(m, name) for name in family.SHAPE})
         assert round(registry.forward_flops(hp) / 1e6, 1) == m.forward_mflops, m.name
 
 
