@@ -1,10 +1,10 @@
 """What ``--tta-fraction`` costs and buys: one trained job's last checkpoint evaluated on the test split with
 the test-time views for every image and for the least-confident fractions, side by side in one process.
 
-    python -m benchmarks.tta_fraction --job-dir JOB [--fractions 1 0.5 0.25 0.125] [--out FILE]
+    python -m benchmarks.tta_fraction --job-dir JOB [--fractions 1 0.5 0.25 0.125] [--repeats 2] [--out FILE]
 
 JOB is a finished job of ``python -m estimator.cifar10_main`` (a recipe's, say). Each fraction is evaluated
-twice and the faster time kept (the first pays the graph's build and the records' first read alike).
+``--repeats`` times and the fastest time kept (the first pays the graph's build and the records' first read alike).
 Prints a table and writes JSON.
 """
 
@@ -14,7 +14,7 @@ import time
 from benchmarks.common import print_machine, write_result
 
 
-def evaluate(hp, job_dir: str, fraction: float) -> dict:
+def evaluate(hp, job_dir: str, fraction: float, repeats: int = 2) -> dict:
     import tensorflow as tf
 
     from estimator.data import records as fmt
@@ -25,7 +25,7 @@ def evaluate(hp, job_dir: str, fraction: float) -> dict:
     config = tf.estimator.RunConfig(model_dir=job_dir)
     estimator_ = tf.estimator.Estimator(model_fn=model_fn, config=config, params=params)
     seconds = []
-    for _ in range(2):
+    for _ in range(repeats):
         started = time.perf_counter()
         metrics = estimator_.evaluate(input_fn(params, fmt.TEST), name="tta_fraction")
         seconds.append(time.perf_counter() - started)
@@ -37,13 +37,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--job-dir", required=True, help="A finished job's directory.")
     parser.add_argument("--fractions", type=float, nargs="+", default=[1.0, 0.5, 0.25, 0.125])
+    parser.add_argument("--repeats", type=int, default=2, help="Evaluations of each fraction; the fastest is kept.")
     parser.add_argument("--out", default="benchmarks/results/tta_fraction.json", help="Where the JSON goes.")
     args = parser.parse_args(argv)
     from estimator.training import config
 
     hp = config.load(args.job_dir)
     print_machine()
-    rows = [evaluate(hp, args.job_dir, fraction) for fraction in args.fractions]
+    rows = [evaluate(hp, args.job_dir, fraction, args.repeats) for fraction in args.fractions]
     print("| fraction | accuracy | flip TTA | TTA | evaluation s |")
     print("|---|---|---|---|---|")
     for row in rows:

@@ -46,7 +46,7 @@ def test_the_tta_fraction_benchmark_evaluates_a_finished_job_at_each_fraction(jo
 
     copy, out = str(tmp_path / "job"), str(tmp_path / "tta.json")
     shutil.copytree(job, copy)  # its evaluations write events: the module's job stays as trained
-    assert tta_fraction.main(["--job-dir", copy, "--fractions", "1", "0.25", "--out", out]) == 0
+    assert tta_fraction.main(["--job-dir", copy, "--fractions", "1", "0.25", "--repeats", "1", "--out", out]) == 0
     rows = json.load(open(out))["rows"]
     assert [r["fraction"] for r in rows] == [1.0, 0.25] and {r["images"] for r in rows} == {1017}
     assert rows[0]["accuracy"] == rows[1]["accuracy"]  # the plain view is the same model's

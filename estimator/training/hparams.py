@@ -486,42 +486,36 @@ _CHOICES = {f.name: kind for f, _, kind in settings.declared(HParams) if issubcl
 
 
 class Retired(typing.NamedTuple):
-    """An option taken out of the code: whether a recorded value left it off, why it went, and when."""
+    """An option taken out of the code: the value that left it off (a function of hparams.json's record where
+    that depends on it; None is off too), why it went, and when."""
 
-    off: typing.Callable
+    off: object
     why: str
     version: str
     docs: str = "docs/experiments.md"
+
+    def was_on(self, value, recorded: dict) -> bool:
+        return value not in (None, self.off(recorded) if callable(self.off) else self.off)
 
 
 # Experiments that did not pay (docs/experiments.md), taken out of the code. A flag of one is refused
 # with one line; a job dir whose hparams.json records one switched on is refused on restart
 # (resilience.jobdir) and by export and predict (config.load).
 RETIRED = {
-    "ensemble": Retired(
-        lambda v, rec: v in (None, 1), "two networks of half the epochs each tied one network at 30 minutes", "0.3.0"
-    ),
-    "bias_lr_scale": Retired(
-        lambda v, rec: v in (None, 1), "airbench's 64x rate of the shifts: +0.06 at 30 minutes, noise", "0.3.0"
-    ),
-    "whiten_eps": Retired(
-        lambda v, rec: v in (None, 5e-4), "ten times airbench's whitening floor cost 0.45 at 30 minutes", "0.3.0"
-    ),
-    "flip": Retired(
-        lambda v, rec: v in (None, "random"), "alternating flips did not beat random ones at 5 or 30 minutes", "0.3.0"
-    ),
+    "ensemble": Retired(1, "two networks of half the epochs each tied one network at 30 minutes", "0.3.0"),
+    "bias_lr_scale": Retired(1, "airbench's 64x rate of the shifts: +0.06 at 30 minutes, noise", "0.3.0"),
+    "whiten_eps": Retired(5e-4, "ten times airbench's whitening floor cost 0.45 at 30 minutes", "0.3.0"),
+    "flip": Retired("random", "alternating flips did not beat random ones at 5 or 30 minutes", "0.3.0"),
     "activation": Retired(
-        lambda v, rec: v in (None, "gelu" if rec.get("network") == Network.AIRBENCH else "relu"),
+        lambda rec: "gelu" if rec.get("network") == Network.AIRBENCH else "relu",
         "ReLU for the airbench network's GELU cost 0.26 at 30 minutes, and GELU is fused now",
         "0.3.0",
     ),
     "ema_decay": Retired(
-        lambda v, rec: not v,
-        "an average of the weights cost 0.30 points at 5 minutes (ResNet-14) and 0.73 at 30 (ResNet-14 x2)",
-        "0.4.0",
+        0, "an average of the weights cost 0.30 points at 5 minutes (ResNet-14) and 0.73 at 30 (ResNet-14 x2)", "0.4.0"
     ),
     "zero_init_residual": Retired(
-        lambda v, rec: not v, "zero-initialised residual units cost 3.09 points at 5 minutes (ResNet-14)", "0.4.0"
+        False, "zero-initialised residual units cost 3.09 points at 5 minutes (ResNet-14)", "0.4.0"
     ),
 }
 
@@ -532,16 +526,9 @@ _THRESHOLDS_040 = dict(
     update_ratio_max=10.0, dead_relu_fraction=0.5, dead_relu_window=5, input_mean_max=0.5, input_std_min=0.1,
     input_std_max=1.0, loss_window=200, loss_min_decrease=0.01, overtraining_evals=3, class_ratio=0.25,
 )  # fmt: skip
+_THRESHOLDS_WHY = "the health rules' thresholds are constants behind --health-checks"
 RETIRED.update(
-    {
-        "health_" + name: Retired(
-            lambda v, rec, d=default: v in (None, d),
-            "the health rules' thresholds are constants behind --health-checks",
-            "0.5.0",
-            "docs/health.md",
-        )
-        for name, default in _THRESHOLDS_040.items()
-    }
+    {"health_" + k: Retired(v, _THRESHOLDS_WHY, "0.5.0", "docs/health.md") for k, v in _THRESHOLDS_040.items()}
 )
 
 
@@ -551,7 +538,7 @@ def retired_in(recorded: dict) -> list:
     return [
         (flag_name(name), recorded[name], retired.why, retired.version)
         for name, retired in RETIRED.items()
-        if name in recorded and not retired.off(recorded[name], recorded)
+        if name in recorded and retired.was_on(recorded[name], recorded)
     ]
 
 
