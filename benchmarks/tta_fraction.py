@@ -40,6 +40,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="Evaluations of each fraction; the fastest is kept.")
     parser.add_argument("--out", default="benchmarks/results/tta_fraction.json", help="Where the JSON goes.")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats %d: evaluate each fraction at least once (e.g. --repeats 2)." % args.repeats)
     from estimator.training import config
 
     hp = config.load(args.job_dir)
