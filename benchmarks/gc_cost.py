@@ -39,7 +39,8 @@ FIRST_LOG_LINE = "INFO:tensorflow:"
 
 def timed_command(command, cwd=None) -> dict:
     """One command (in ``cwd``): its wall seconds, the seconds to its first line starting with ``FIRST_LOG_LINE``
-    (stdout and stderr together; None without one), and from its last line to its exit."""
+    (stdout and stderr together; None without one), from its last line to its exit, and its CPU seconds (user and
+    system: steadier than the wall on a shared machine)."""
     start = time.monotonic()
     proc = subprocess.Popen(
         command,
@@ -55,14 +56,16 @@ def timed_command(command, cwd=None) -> dict:
         last = time.monotonic()
         if first is None and line.startswith(FIRST_LOG_LINE):
             first = last
-    code = proc.wait()
-    end = time.monotonic()
+    _, status, usage = os.wait4(proc.pid, 0)
+    end, code = time.monotonic(), os.waitstatus_to_exitcode(status)
+    proc.returncode = code
     if code != 0:
         raise SystemExit("error: %s exited with %d: run it by hand to see why" % (" ".join(command), code))
     return {
         "wall_secs": round(end - start, 3),
         "start_secs": None if first is None else round(first - start, 3),
         "exit_secs": round(end - last, 3),
+        "cpu_secs": round(usage.ru_utime + usage.ru_stime, 3),
     }
 
 

@@ -107,6 +107,10 @@ def test_the_gc_benchmark_times_a_commands_start_and_exit_and_refuses_a_failed_o
     assert row["start_secs"] + row["exit_secs"] <= row["wall_secs"] + 0.002
     # The sleep after the last line is the exit's: all of it but the moment this process took to read the line.
     assert row["start_secs"] >= 0.2 and row["exit_secs"] >= 0.5
+    # The CPU is the command's own: its sleeps are not counted, its busy second is.
+    assert row["cpu_secs"] < 0.5 * row["wall_secs"]
+    busy = "import time; end = time.process_time() + 1.0\nwhile time.process_time() < end: pass"
+    assert gc_cost.timed_command([sys.executable, "-c", busy])["cpu_secs"] >= 1.0
     assert gc_cost.timed_command([sys.executable, "-c", "print('no log line')"])["start_secs"] is None
     with pytest.raises(SystemExit, match="exited with 3: run it by hand to see why"):
         gc_cost.timed_command([sys.executable, "-c", "raise SystemExit(3)"])
