@@ -132,6 +132,15 @@ def run_job(data_dir, job_dir, *flags, env=None, timeout=600, rules=None):
     return run_main(*flags, env=env, timeout=timeout)
 
 
+def refused_in_process(capsys, data_dir, job_dir, *flags):
+    """``estimator.cifar10_main.main`` in this process, for a job it refuses before training (the refusal's
+    code and line are the command's; no TensorFlow start-up of a process of its own): (exit code, stderr)."""
+    from estimator import cifar10_main
+
+    code = cifar10_main.main(["--data-dir", data_dir, "--job-dir", str(job_dir), *flags])
+    return code, capsys.readouterr().err
+
+
 def events(directory):
     """tag -> [(step, value)] from the event files of one TensorBoard run directory."""
     import tensorflow as tf

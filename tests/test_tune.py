@@ -143,18 +143,24 @@ def test_a_study_with_every_parameter_type_resumes_after_its_coordinator_is_kill
 
 
 @pytest.mark.slow
-def test_failing_trials_are_recorded_and_limited(mini_records, tmp_path):
-    # num-layers 9 is not 6n+2: that trial's trainer exits with status 2.
+def test_failing_trials_are_recorded_and_limited_and_parallel_trials_share_the_cores(mini_records, tmp_path):
+    # num-layers 9 is not 6n+2: that trial's trainer exits with status 2. The two trials run at once.
     params = [{"parameterName": "num-layers", "type": "DISCRETE", "discreteValues": [8, 9]}]
     config = write_config(
         tmp_path / "grid.yaml", maxTrials=5, maxFailedTrials=2, algorithm="GRID_SEARCH", params=params
     )
     job = str(tmp_path / "study")
-    rc, out, err = tune(config, job, mini_records)
+    rc, out, err = tune(config, job, mini_records, "--parallel-trials", "2")
     assert rc == 0, out + err
-    states = {r["num-layers"]: r["state"] for r in trials(job)}
+    rows = trials(job)
+    states = {r["num-layers"]: r["state"] for r in rows}
     assert states == {"8": "COMPLETE", "9": "FAIL"}  # the grid has 2 points: 2 trials, not 5
     assert "failed (exit status 2)" in out and "num_layers=9 is not 6n+2" in out
+    assert "2 at a time" in out
+    # Each of two trials at once gets half the cores.
+    trial = next(r["trial"] for r in rows if r["state"] == "COMPLETE")
+    described = json.load(open(os.path.join(job, trial, "hparams.json")))["hparams"]
+    assert described["num_intra_threads"] == max(1, os.cpu_count() // 2) and described["num_inter_threads"] == 1
 
     config = write_config(
         tmp_path / "strict.yaml",
@@ -277,21 +283,6 @@ def test_a_study_without_optuna_says_which_extra_to_install(mini_records, tmp_pa
     assert rc == 2 and err.count("\n") == 1, err
     assert "a local study needs Optuna" in err and "pip install 'cifar10-resnet-estimator[tune]'" in err
     assert not os.path.exists(str(tmp_path / "study"))
-
-
-@pytest.mark.slow
-def test_parallel_trials_share_the_cores(mini_records, tmp_path):
-    config = write_config(
-        tmp_path / "hp.yaml", maxTrials=2, maxParallelTrials=2, algorithm="RANDOM_SEARCH", params=[LEARNING_RATE_PARAM]
-    )
-    job = str(tmp_path / "study")
-    rc, out, err = tune(config, job, mini_records, "--parallel-trials", "2")
-    assert rc == 0, out + err
-    cores = os.cpu_count()
-    for trial in ("1", "2"):
-        described = json.load(open(os.path.join(job, trial, "hparams.json")))["hparams"]
-        assert described["num_intra_threads"] == max(1, cores // 2) and described["num_inter_threads"] == 1
-    assert {r["state"] for r in trials(job)} == {"COMPLETE"}
 
 
 @pytest.mark.slow
