@@ -269,15 +269,6 @@ def test_restarted_job_keeps_the_real_best(job, mini_records, tmp_path):
     assert json.load(open(record_path))["global_step"] == 100
 
 
-@pytest.mark.slow
-def test_export_can_be_turned_off(mini_records, tmp_path):
-    job = str(tmp_path / "job")
-    rc, log = run_job(mini_records, job, "--train-steps", "5", "--export", "false", *FLAGS)
-    assert rc == 0, log[-3000:]
-    assert not os.path.exists(os.path.join(job, "export"))
-    assert json.load(open(os.path.join(job, "hparams.json")))["hparams"]["export"] is False
-
-
 def test_serving_hparams_are_one_float32_cpu_tower():
     from estimator.serving.signatures import serving_hparams
 

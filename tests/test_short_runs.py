@@ -143,23 +143,6 @@ def test_training_on_two_splits_reads_both_once_per_epoch(mini_records, tmp_path
         Cifar10DataSet(mini_records, fmt.TEST, also=(fmt.VALIDATION,))
 
 
-@pytest.mark.slow
-def test_a_final_model_on_train_and_validation_says_so(mini_records, tmp_path):
-    job = str(tmp_path / "job")
-    flags = "--num-gpus 0 --num-layers 8 --train-steps 8 --train-batch-size 32 --seed 2 --eval-tta"
-    code, out = run_job(mini_records, job, *flags.split(), "--train-subsets", "train", "validation")
-    assert code == 0, out[-3000:]
-    results = json.load(open(os.path.join(job, "results.json")))
-    assert results["validation_accuracy"] is None and results["validation_examples"] == 0
-    assert "validation split was training data" in results["validation_note"]
-    assert results["train_subsets"] == ["train", "validation"] and results["eval_examples"] == 1017
-    assert 0 <= results["accuracy_tta"] <= 1
-    assert not glob.glob(os.path.join(job, "export", "best", "*")) and glob.glob(
-        os.path.join(job, "export", "final", "*")
-    )
-    assert "Evaluation [validation]" not in out
-
-
 @pytest.mark.parametrize("width,filters", [(1, [16, 16, 32, 64]), (1.5, [24, 24, 48, 96]), (0.5, [8, 8, 16, 32])])
 def test_width_multiplier_scales_every_layer(width, filters):
     model = ResNetCifar10(8, True, 0.9, 1e-5, "channels_last", width_multiplier=width)
@@ -231,11 +214,11 @@ def test_model_fn_trains_each_step_at_its_size_and_evaluates_at_full_size():
 
 
 @pytest.mark.slow
-def test_a_progressively_resized_airbench_job_logs_its_sizes(mini_records, tmp_path):
+def test_a_progressively_resized_final_model_on_train_and_validation_logs_its_sizes_and_says_so(mini_records, tmp_path):
     job = str(tmp_path / "job")
     flags = (
         "--train-steps 12 --lr-schedule onecycle --learning-rate 0.1 --eval-policy final --log-every-n-steps 1 "
-        "--seed 1 --progressive-resize 20 --progressive-resize-until 0.5 --export false"
+        "--seed 1 --progressive-resize 20 --progressive-resize-until 0.5 --eval-tta --train-subsets train validation"
     )
     code, out = run_job(mini_records, job, *SMALL_AIRBENCH, *flags.split())
     assert code == 0, out[-3000:]
@@ -248,6 +231,15 @@ def test_a_progressively_resized_airbench_job_logs_its_sizes(mini_records, tmp_p
     assert sizes == {s: schedules.ImageSizes(20, 0.5, 32).size_at((s - 1) / 12) for s in sizes}
     assert sorted(sizes) == list(range(1, 13))
     assert set(sizes.values()) == {20, 24, 28, 32}
+    # A final model: the validation split was training data, so no validation, and no best export.
+    assert results["validation_accuracy"] is None and results["validation_examples"] == 0
+    assert "validation split was training data" in results["validation_note"]
+    assert results["train_subsets"] == ["train", "validation"] and results["eval_examples"] == 1017
+    assert 0 <= results["accuracy_tta"] <= 1
+    assert not glob.glob(os.path.join(job, "export", "best", "*")) and glob.glob(
+        os.path.join(job, "export", "final", "*")
+    )
+    assert "Evaluation [validation]" not in out
 
 
 def test_progressive_resize_and_tta_fraction_flags_are_checked(mini_records, tmp_path, capsys):

@@ -1,16 +1,19 @@
 """End-to-end training through ``python -m estimator.cifar10_main`` (slow: real training)."""
 
 import json
+import math
 import os
 import re
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from estimator.data.convert import convert, read_archive
+from estimator.data.records import CLASS_NAMES
 from tests import cifar_archives as ca
-from tests.helpers import events, run_job, run_main
+from tests.helpers import events, fetch_json, run_job, run_main, tensorboard
 
 # The learning check: the quarter-width airbench network (the recipes' family), 400 steps of 64 images (6 epochs
 # of the real training images: at 300 the hardest class was too near the class rule's line), batch-norm decay
@@ -97,6 +100,8 @@ def test_same_seed_deterministic_runs_are_identical(mini_records, tmp_path):
 
 @pytest.mark.slow
 def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
+    """Two towers, a resumed run, what a job records, and what TensorBoard shows of it (the health probes'
+    scalars, the pictures); with --export false, no export."""
     job = str(tmp_path / "job")
     flags = [
         "--data-dir",
@@ -104,8 +109,9 @@ def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
         "--job-dir",
         job,
         *(
-            "--num-gpus 0 --num-cpu-towers 2 --num-layers 8 --train-batch-size 32 "
-            "--eval-batch-size 50 --log-every-n-steps 10 --seed 3 --export false"
+            "--num-gpus 0 --num-cpu-towers 2 --num-layers 8 --train-batch-size 32 --eval-batch-size 50 "
+            "--log-every-n-steps 10 --seed 3 --export false --save-checkpoints-steps 15 --eval-throttle-secs 0 "
+            "--health-every-n-steps 10"
         ).split(),
     ]
     rc, log = run_main("--train-steps", "30", *flags)
@@ -113,6 +119,11 @@ def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
     assert "2 tower(s) on /cpu:0, /cpu:1, 16 images per tower per step" in log
     assert "is deprecated" not in log and "Calling model_fn" not in log  # concise by default
     assert os.path.exists(os.path.join(job, "model.ckpt-30.index"))
+    assert not os.path.exists(os.path.join(job, "export"))
+    assert json.load(open(os.path.join(job, "hparams.json")))["hparams"]["export"] is False
+    assert not os.path.exists(os.path.join(job, "health.json"))  # a healthy run: no alarms
+    assert open(os.path.join(job, "curves.png"), "rb").read(4) == b"\x89PNG"
+    _health_scalars_and_pictures_reach_tensorboard(job)
 
     rc, log = run_main("--train-steps", "60", *flags)
     assert rc == 0, log[-3000:]
@@ -143,6 +154,44 @@ def test_two_cpu_towers_resume_records_and_summaries(mini_records, tmp_path):
     eval_tags = events(os.path.join(job, "eval_validation"))
     assert {"accuracy", "loss", "eval_examples"} <= set(eval_tags)
     assert os.path.isdir(os.path.join(job, "eval_test"))
+
+
+def _health_scalars_and_pictures_reach_tensorboard(job):
+    with tensorboard(job) as base:
+        deadline, images = time.time() + 90, {}
+        while time.time() < deadline:
+            try:
+                images = fetch_json(base + "images/tags")
+                scalars = fetch_json(base + "scalars/tags")
+                if (
+                    "pictures/confusion_matrix" in images.get("eval_validation", {})
+                    and "pictures/training_batch" in images.get(".", {})
+                    and "per_class_accuracy/cat" in scalars.get("eval_validation", {})
+                ):
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        assert "pictures/training_batch" in images["."], images
+        assert {"pictures/confusion_matrix", "pictures/most_confident_mistakes"} <= set(images["eval_validation"])
+        scalars = fetch_json(base + "scalars/tags")
+        assert {
+            "health/gradient_norm",
+            "health/init_loss",
+            "health/input_mean",
+            "health/input_std",
+            "health/min_gradient_mean_abs",
+            "health/update_ratio_max",
+        } <= set(scalars["."])
+        assert {"per_class_accuracy/" + n for n in CLASS_NAMES} <= set(scalars["eval_validation"])
+        norm = fetch_json(base + "scalars/scalars?tag=health/gradient_norm&run=.")
+        assert [step for _, step, _ in norm] == [0, 10, 20]
+        init = fetch_json(base + "scalars/scalars?tag=health/init_loss&run=.")
+        assert len(init) == 1 and abs(init[0][2] - math.log(10)) < 0.25
+        shots = fetch_json(base + "images/images?tag=pictures/confusion_matrix&run=eval_validation")
+        assert [s["step"] for s in shots] == [15, 30]
+        histograms = fetch_json(base + "histograms/tags")
+        assert {"weights/fc/kernel", "gradients/fc/kernel", "weights/init_conv/kernel"} <= set(histograms["."])
 
 
 @pytest.mark.slow
