@@ -56,9 +56,9 @@ def timed_command(command, cwd=None) -> dict:
         last = time.monotonic()
         if first is None and line.startswith(FIRST_LOG_LINE):
             first = last
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, status, usage = os.wait4(proc.pid, 0)  # the child's own CPU, which Popen.wait does not give
     end, code = time.monotonic(), os.waitstatus_to_exitcode(status)
-    proc.returncode = code
+    proc.returncode = code  # reaped here: Popen must not wait for it again
     if code != 0:
         raise SystemExit("error: %s exited with %d: run it by hand to see why" % (" ".join(command), code))
     return {

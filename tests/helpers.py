@@ -132,13 +132,12 @@ def run_job(data_dir, job_dir, *flags, env=None, timeout=600, rules=None):
     return run_main(*flags, env=env, timeout=timeout)
 
 
-def refused_in_process(capsys, data_dir, job_dir, *flags):
-    """``estimator.cifar10_main.main`` in this process, for a job it refuses before training (the refusal's
-    code and line are the command's; no TensorFlow start-up of a process of its own): (exit code, stderr)."""
-    from estimator import cifar10_main
-
-    code = cifar10_main.main(["--data-dir", data_dir, "--job-dir", str(job_dir), *flags])
-    return code, capsys.readouterr().err
+def in_process(main, capsys, *argv):
+    """``(exit code, stdout, stderr)`` of an entry point's ``main(argv)`` run in this process: the refusals
+    need no interpreter of their own (each command's own subprocess test keeps its command line honest)."""
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def events(directory):

@@ -13,7 +13,7 @@ from estimator.data.pipeline import Cifar10DataSet
 from estimator.networks import airbench, registry
 from estimator.ops import gelu
 from estimator.training.model_fn import model_fn
-from tests.helpers import SMALL_AIRBENCH, hp, predict_records, refused_in_process, run_job
+from tests.helpers import SMALL_AIRBENCH, hp, in_process, predict_records, run_job
 
 v1 = tf.compat.v1
 
@@ -319,5 +319,9 @@ def test_an_airbench_job_trains_exports_predicts_and_refuses_a_resnet_restart(mi
         graph = saved.meta_graphs[0].graph_def
         assert "Erf" in {n.op for n in graph.node} and "PartitionedCall" not in {n.op for n in graph.node}
         assert not any("_XlaMustCompile" in f.attr for f in graph.library.function)
-    code, err = refused_in_process(capsys, mini_records, job, *"--num-gpus 0 --train-steps 4".split())
+    from estimator import cifar10_main
+
+    code, _, err = in_process(
+        cifar10_main.main, capsys, "--data-dir", mini_records, "--job-dir", job, "--num-gpus", "0", "--train-steps", "4"
+    )
     assert code == 2 and "--network is resnet here, airbench in its hparams.json" in err, err

@@ -19,7 +19,7 @@ import yaml
 from benchmarks import faults
 from estimator.common import processes
 from estimator.resilience import jobdir
-from tests.helpers import AIPLATFORM_SCHEMAS, MINI_SHA256, REPO, check, refused_in_process, run_job, run_joined
+from tests.helpers import AIPLATFORM_SCHEMAS, MINI_SHA256, REPO, check, in_process, run_job, run_joined
 
 SMALL = "--num-gpus 0 --num-layers 8 --train-batch-size 32 --eval-batch-size 339 --seed 3 --health-checks off".split()
 
@@ -97,7 +97,10 @@ def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records
     with open(os.path.join(retired, "hparams.json"), "w") as f:
         json.dump(record, f)
     before = snapshot(retired)
-    code, out = refused_in_process(capsys, mini_records, retired, *SMALL, "--train-steps", "4")
+    from estimator import cifar10_main
+
+    restart = ["--data-dir", mini_records, *SMALL, "--train-steps", "4"]  # refused before it trains
+    code, _, out = in_process(cifar10_main.main, capsys, *restart, "--job-dir", retired)
     assert code == 2 and snapshot(retired) == before
     refusal = (
         "was trained with --ensemble 2 (retired in 0.3.0: two networks of half the epochs each tied one network at "
@@ -113,13 +116,8 @@ def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records
     assert (refusal % "export or serve") in capsys.readouterr().err
     assert snapshot(retired) == before and not os.path.exists(str(tmp_path / "e"))
     before = snapshot(job)
-    code, out = refused_in_process(
-        capsys,
-        mini_records,
-        job,
-        *SMALL,
-        *"--train-steps 4 --num-layers 14 --width-multiplier 1.5 --optimizer muon --lookahead".split(),
-    )
+    other = "--num-layers 14 --width-multiplier 1.5 --optimizer muon --lookahead".split()
+    code, _, out = in_process(cifar10_main.main, capsys, *restart, *other, "--job-dir", job)
     assert code == 2
     assert (
         "holds another network's checkpoints: --num-layers is 14 here, 8 in its hparams.json; --width-multiplier "

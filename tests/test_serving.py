@@ -15,7 +15,7 @@ from estimator.data.pipeline import Cifar10DataSet
 from estimator.training import config
 from estimator.training.hparams import HParams
 from estimator.training.model_fn import model_fn
-from tests.helpers import REPO, events, predict_records, run_job, run_module
+from tests.helpers import REPO, events, in_process, predict_records, run_job, run_module
 
 # One worker runs this module (make test: --dist loadgroup), so its finished job is trained once, not once a worker.
 pytestmark = pytest.mark.xdist_group("serving")
@@ -186,14 +186,6 @@ def test_predict_files_top_k_json_and_conversions(job, mini_records, tmp_path):
     request = json.loads(out)
     instance = request["instances"][0]
     assert rc == 0 and list(instance) == ["image_bytes"] and "b64" in instance["image_bytes"]
-
-
-def in_process(main, capsys, *argv):
-    """``(exit code, stdout, stderr)`` of an entry point's ``main(argv)`` run in this process: the refusals
-    need no interpreter of their own (each command's own subprocess test keeps its command line honest)."""
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.mark.slow
