@@ -32,8 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--output",
         default=None,
-        help="Where preflight.json and training_batch.png go "
-        "(default JOB_DIR/preflight, or ./preflight without --job-dir).",
+        help="Where preflight.json and training_batch.png go (default JOB_DIR/preflight, or ./preflight).",
     )
     return parser
 

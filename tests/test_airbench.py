@@ -170,7 +170,7 @@ def test_group_depth_is_parsed_and_refused_where_it_cannot_apply(mini_records, t
     assert cifar10_main.parse(argv + ["--network", "airbench"]).group_depth == 2
     assert cifar10_main.parse(argv + ["--network", "airbench", "--group-depth", "3"]).group_depth == 3
     for flags, message in [
-        ("--group-depth 3", "--group-depth 3 shapes the groups of --network airbench; a ResNet's depth is"),
+        ("--group-depth 3", "--group-depth 3 shapes the groups of --network airbench; a ResNet's is --num-layers"),
         ("--network airbench --group-depth 4", "--group-depth: invalid choice: 4 (choose from 2, 3)"),
     ]:
         with pytest.raises(SystemExit) as e:

@@ -105,8 +105,7 @@ def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records
     refusal = (
         "was trained with --ensemble 2 (retired in 0.3.0: two networks of half the epochs each tied one network at "
         "30 minutes) and --ema-decay 0.99 (retired in 0.4.0: an average of the weights cost 0.30 points at 5 minutes "
-        "(ResNet-14) and 0.73 at 30 (ResNet-14 x2)): this version cannot %s it. Use another --job-dir, or the "
-        "version before the retirement to finish that job."
+        "(ResNet-14) and 0.73 at 30 (ResNet-14 x2)): this version cannot %s it. Use another --job-dir."
     )
     assert refusal % "restart" in out, out[-2000:]
     # Nor exports it (its checkpoints' averaged weights are what it would have served).

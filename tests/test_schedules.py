@@ -110,7 +110,7 @@ def test_he2016_decay_steps(mini_records, tmp_path):
         (
             ["--lr-schedule", "onecycle", "--train-steps", "1"],
             "The run is 1 step\\(s\\) and the onecycle schedule warms up over its first 1: it would never decay. "
-            "Train for at least 2 steps \\(--train-steps, --train-epochs\\).",
+            "Train for at least 2 steps.",
         ),
         (["--label-smoothing", "1"], "--label-smoothing 1.0 must be in \\[0, 1\\)"),
         (["--warmup-epochs", "-1"], "--warmup-epochs -1.0 must be 0 or more"),

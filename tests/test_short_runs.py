@@ -254,11 +254,11 @@ def test_progressive_resize_and_tta_fraction_flags_are_checked(mini_records, tmp
         ("--progressive-resize 24 --progressive-resize-until 1.5", "--progressive-resize-until 1.5 must be a fraction"),
         (
             "--progressive-resize-until 0.7",
-            "--progressive-resize-until 0.7 says when --progressive-resize reaches 32 pixels, and it is off",
+            "--progressive-resize-until 0.7 needs --progressive-resize SIZE: give one or drop it",
         ),
         ("--progressive-resize 2x", "argument --progressive-resize: '2x' is not an integer"),
         ("--eval-tta --tta-fraction 0", "--tta-fraction 0.0 must be a fraction of each batch in (0, 1], e.g. 0.25"),
-        ("--tta-fraction 0.25", "--tta-fraction 0.25 says which images get the test-time views, and none are asked"),
+        ("--tta-fraction 0.25", "--tta-fraction 0.25 needs --eval-flip-tta or --eval-tta: add one or drop it"),
     ]:
         with pytest.raises(SystemExit) as e:
             cifar10_main.parse(argv + flags.split())

@@ -155,7 +155,7 @@ def test_every_field_of_the_yaml_is_written_or_refused(tmp_path, capsys):
         ({"pythonModule": "trainer.task"}, "pythonModule 'trainer.task': the trainer is estimator.cifar10_main"),
         ({"packageUris": [PACKAGE]}, "trainingInput.packageUris: the package route was retired in 0.6.0"),
         ({"network": "vpc"}, "must be projects/PROJECT_NUMBER/global/networks/NAME"),
-        ({"scheduling": {"maxWaitTime": "600s"}}, "maxWaitTime has no Vertex AI equivalent: its maxWaitDuration"),
+        ({"scheduling": {"maxWaitTime": "600s"}}, "scheduling.maxWaitTime has no Vertex AI equivalent: remove it"),
         ({"masterConfig": {"containerCommand": ["python", "task.py"]}}, "every pool runs the trainer"),
         ({"masterConfig": {"tpuTfVersion": "2.15"}}, "masterConfig.tpuTfVersion: the trainer's towers are GPUs"),
         ({"workerConfig": {"typo": 1}}, "trainingInput.workerConfig: unknown field typo"),
@@ -164,21 +164,19 @@ def test_every_field_of_the_yaml_is_written_or_refused(tmp_path, capsys):
             {"masterConfig": {"imageUri": IMAGE + "-other"}},
             "--image-uri %r and trainingInput.masterConfig.imageUri" % IMAGE,
         ),
-        ({"evaluatorCount": 2}, "evaluatorCount 2: TensorFlow runs one evaluator (task index 0; it refuses index 1)"),
+        ({"evaluatorCount": 2}, "evaluatorCount 2: TensorFlow runs one evaluator: give 1"),
         (
             {"masterConfig": {"acceleratorConfig": {"type": "NVIDIA_T4", "count": 1}}},
-            "type 'NVIDIA_T4' is not one of Vertex AI's GPUs (aiplatform.v1 AcceleratorType), e.g. NVIDIA_TESLA_T4",
+            "type 'NVIDIA_T4' is not one of Vertex AI's GPUs: give NVIDIA_TESLA_T4.",
         ),
         ({"masterConfig": {"acceleratorConfig": {"type": "TPU_V3", "count": 8}}}, "'TPU_V3' is not one of"),
         (
             {"masterConfig": {"acceleratorConfig": {"type": "NVIDIA_TESLA_K80", "count": 1}}},
-            "type NVIDIA_TESLA_K80 has reached its end of support on Google Cloud: the job would not start; use "
-            "NVIDIA_TESLA_T4.",
+            "type NVIDIA_TESLA_K80 has reached its end of support: use NVIDIA_TESLA_T4.",
         ),
         (
             {"scaleTier": "BASIC_GPU", "masterType": None},
-            "scaleTier BASIC_GPU: give scaleTier CUSTOM, masterType n1-standard-8 and masterConfig.acceleratorConfig "
-            "{type: NVIDIA_TESLA_T4, count: 1}",
+            "scaleTier BASIC_GPU: give gpu_config.yaml's fields, with masterType n1-standard-8 and 1 NVIDIA_TESLA_T4",
         ),
         ({"hyperparameters": {"goal": "MAXIMIZE"}}, "has trainingInput.hyperparameters: a custom job runs no study"),
     ]
@@ -205,7 +203,10 @@ def test_every_field_of_the_yaml_is_written_or_refused(tmp_path, capsys):
     code, _ = generate(
         tmp_path, "custom-job", "--config", str(config), *image, *account, "--", *cpu, "--job-dir=gs://b/j"
     )
-    assert code == 2 and "--tensorboard needs --base-output-dir gs://BUCKET/jobs/NAME" in capsys.readouterr().err
+    assert (
+        code == 2
+        and "--tensorboard needs --base-output-dir gs://BUCKET/jobs/NAME, where its logs are" in capsys.readouterr().err
+    )
     # A cluster without an evaluator is written, with the line that says what it loses.
     for role in ("evaluatorType", "evaluatorCount"):
         del fields[role]
@@ -359,7 +360,7 @@ def test_the_schema_check_catches_mistakes():
     [
         (
             {"scaleTier": "CUSTOM", "masterType": "complex_model_m_gpu"},
-            "masterType 'complex_model_m_gpu' is a legacy AI Platform machine type .* use n1-standard-16 with 4 x "
+            "masterType 'complex_model_m_gpu' is a legacy AI Platform machine type: use n1-standard-16 with 4 x "
             "NVIDIA_TESLA_T4",
         ),
         ({"scaleTier": "CUSTOM", "masterType": "n1-standard-4", "workerCount": 2}, "workerCount is 2 but workerType"),
@@ -444,8 +445,7 @@ def test_a_recipe_the_trainer_would_refuse_in_the_jobs_cluster_is_refused_before
 
     assert refused("--recipe", "cpu_5min", "--data-dir=gs://b/d") == (
         "error: --time-budget from --recipe cpu_5min plans the steps of one process, and the chief cannot time its "
-        "workers; this config's machines make a ps/worker cluster (2 worker, 1 ps): give the cluster "
-        "--train-steps, or a config with a masterType alone (one machine)."
+        "workers, and this is a ps/worker cluster (2 worker, 1 ps): give --train-steps."
     )
     assert "missing.args: No such file or directory" in refused("@" + str(tmp_path / "missing.args"))
     # A study of a recipe (hptuning_recipe.yaml) runs each trial on one machine: its budget is fine there.

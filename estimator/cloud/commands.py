@@ -64,9 +64,7 @@ def _parser(kind: str) -> argparse.ArgumentParser:
             "--network-member",
             default=None,
             choices=[m.name for m in family.MEMBERS],
-            help="With --network auto (the recipes): the member of the family every trial trains. Trials run on "
-            "machines of their own and would each choose by their own timing; a study compares parameters, "
-            "so the member is fixed when the study is written.",
+            help="With --network auto (the recipes): the member every trial trains (docs/cloud.md).",
         )
     return parser
 
@@ -78,23 +76,19 @@ def _add_placement_flags(job) -> None:
     job.add_argument(
         "--base-output-dir",
         default=None,
-        help="gs:// directory for the job's outputs: Vertex AI sets AIP_CHECKPOINT_DIR (the trainer's job dir), "
-        "AIP_MODEL_DIR and AIP_TENSORBOARD_LOG_DIR under it (per trial: under <trial id>/). Default: "
-        "trainingInput.jobDir. A job needs it, or --job-dir in the trainer flags.",
+        help="gs:// directory for the job's outputs (AIP_CHECKPOINT_DIR ...). Default: trainingInput.jobDir.",
     )
     job.add_argument("--service-account", default=None, help="The service account the job runs as.")
     job.add_argument(
         "--tensorboard",
         default=None,
-        help="A Vertex AI TensorBoard instance (projects/P/locations/R/tensorboards/ID) that streams the job's "
-        "summaries; needs --service-account.",
+        help="A Vertex AI TensorBoard instance that streams the job's summaries; needs --service-account.",
     )
     job.add_argument("--network", default=None, help="A VPC network peered with Vertex AI (projects/N/global/...).")
     job.add_argument(
         "--spot",
         action="store_true",
-        help="Run on Spot VMs (scheduling strategy SPOT): cheaper, and a VM may be taken back at any time; the "
-        "trainer saves a checkpoint on the SIGTERM that comes first and resumes when Vertex AI restarts it.",
+        help="Run on Spot VMs: cheaper; a VM taken back saves a checkpoint, and the job resumes from it.",
     )
     job.add_argument(
         "--restart-job-on-worker-restart",
@@ -120,10 +114,9 @@ def _trial_flags(trainer_flags, training_input, member_name):
     member = None
     if parsed.network == Network.AUTO:
         if not member_name:
+            members = ", ".join(repr(m.name) for m in family.MEMBERS)
             raise spec_lib.SpecError(
-                "--network auto lets each trial choose its network on its own machine: name the member every "
-                "trial trains with --network-member (%s; docs/cloud.md gives the one for each machine type)."
-                % ", ".join(repr(m.name) for m in family.MEMBERS)
+                "--network auto: name the member every trial trains with --network-member (%s)." % members
             )
         member = family.member(member_name)
     elif member_name:
@@ -196,16 +189,12 @@ def _job_config(kind: str, args, trainer_flags):
     if kind == "custom-job":
         if "hyperparameters" in training_input:
             raise spec_lib.SpecError(
-                "%s has trainingInput.hyperparameters: a custom job runs no study. Write it with hp-tuning-job, or "
-                "give a config without them (gpu_config.yaml, cpu_config.yaml)." % args.config
+                "%s has trainingInput.hyperparameters: a custom job runs no study: use hp-tuning-job." % args.config
             )
         return vertex_job.custom_job_spec(machines, trainer_flags, options), options, notes
     if "resumePreviousJobId" in (training_input.get("hyperparameters") or {}):
-        raise spec_lib.SpecError(
-            "trainingInput.hyperparameters.resumePreviousJobId: a Vertex AI tuning job cannot continue another "
-            "(each HyperparameterTuningJob is a study of its own): remove it (python -m estimator.tune continues "
-            "a local study)."
-        )
+        field = "trainingInput.hyperparameters.resumePreviousJobId"
+        raise spec_lib.SpecError("%s: a Vertex AI tuning job cannot continue another: remove it." % field)
     study_spec = spec_lib.study_spec(training_input, flags.flag_names())
     trainer_flags, trial_notes = _trial_flags(trainer_flags, machines, args.network_member)
     trainer_flags, shared = _shared_probe_cache(trainer_flags, options.base_output_dir)
@@ -251,8 +240,7 @@ def _local_run_parser() -> argparse.ArgumentParser:
         "--engine",
         default=None,
         metavar="docker|podman",
-        help="Run the images no --image names in their containers with this engine: the image you built, its "
-        "command and Vertex AI's variables; the --map directories and --work-dir mounted at their own paths.",
+        help="Run the images no --image names in their containers with this engine (docs/cloud.md).",
     )
     parser.add_argument(
         "--map", action="append", metavar="gs://B/P=DIR", help="A Cloud Storage prefix's local directory (repeatable)."

@@ -196,9 +196,10 @@ class LocalCluster(object):
                     code = task.process.poll()
                     if code not in (None, 0) and task.role != "ps":
                         task.join_output()
+                        last = "".join(task.lines[-15:])
                         raise ClusterError(
-                            "%s failed with exit code %d; stopped the other tasks. Its last "
-                            "lines:\n%s" % (task.name, code, "".join(task.lines[-15:]))
+                            "%s failed with exit code %d; stopped the other tasks. Its last lines:\n%s"
+                            % (task.name, code, last)
                         )
                     if code is not None and task.role == "ps":
                         raise ClusterError(
@@ -214,9 +215,9 @@ class LocalCluster(object):
                     return 0
                 if chief_done_at is not None and time.time() > chief_done_at + grace:
                     running = [t.name for t in others if t.process.poll() is None]
+                    late = ", ".join(running)
                     raise ClusterError(
-                        "%s finished, but %s still ran %d s later; stopped them."
-                        % (chief.name, ", ".join(running), grace)
+                        "%s finished, but %s still ran %d s later; stopped them." % (chief.name, late, grace)
                     )
                 if time.time() > deadline:
                     raise ClusterError("the job did not finish within %d s; stopped every task." % timeout)

@@ -63,8 +63,8 @@ def check_pools(pools) -> None:
         if len(software) != 1:
             # gcloud: command_lib/ai/custom_jobs/validation.py (_ValidateWorkerPoolSpecsFromConfig).
             raise spec_lib.SpecError(
-                "workerPoolSpecs[%d] needs exactly one of pythonPackageSpec and containerSpec (gcloud refuses %s)."
-                % (i, "an empty pool in a --config file" if not software else "both")
+                "workerPoolSpecs[%d] needs exactly one of pythonPackageSpec and containerSpec (%s)."
+                % (i, "both" if software else "an empty pool")
             )
         if software == ["pythonPackageSpec"]:
             raise spec_lib.SpecError(
@@ -111,9 +111,9 @@ def mapped(value: str, mapping: dict, required: bool = True) -> str:
             return head + mapping[prefix].rstrip("/") + uri[len(prefix.rstrip("/")) :]
     if not required:
         return value
+    bucket = "/".join(uri.split("/")[:3])
     raise spec_lib.SpecError(
-        "%s is on Cloud Storage: map it to a directory of this machine with --map %s=DIR (TensorFlow's own gs:// "
-        "client has no endpoint setting to point at an emulator)." % (uri, "/".join(uri.split("/")[:3]))
+        "%s is on Cloud Storage: map it to a directory of this machine: --map %s=DIR." % (uri, bucket)
     )
 
 
@@ -135,9 +135,7 @@ def _command(pool: dict, images: dict, mapping: dict, trial_args, engine=None, m
         gpus = int((pool.get("machineSpec") or {}).get("acceleratorCount", 0))
         return _in_container(engine, image, command, mounts, gpus) + args
     raise spec_lib.SpecError(
-        "the image %s is not mapped: name the Python that stands for it here with --image %s=PYTHON (an "
-        "environment with the package installed, e.g. .venv/bin/python), or run the image you built with "
-        "--engine docker." % (image, image)
+        "the image %s is not mapped: name the Python for it: --image %s=PYTHON, or --engine." % (image, image)
     )
 
 
@@ -226,10 +224,7 @@ def rehearse(
     pools = job.get("workerPoolSpecs")
     check_pools(pools)
     if engine and not shutil.which(engine):
-        raise spec_lib.SpecError(
-            "--engine %s: no such command here: install Docker or Podman, or name the Python that stands for each "
-            "image with --image URI=PYTHON." % engine
-        )
+        raise spec_lib.SpecError("--engine %s: no such command here: install it, or give --image URI=PYTHON." % engine)
     # Absolute, as the replicas see them: an installed package runs from the rehearsal's directory, a container
     # mounts them at their own paths.
     mapping = {prefix: os.path.abspath(path) for prefix, path in mapping.items()}

@@ -24,9 +24,6 @@ from estimator.common.processes import TRAINER_MODULE as MODULE
 from estimator.training import flags, recipes
 from estimator.tuning import spec as spec_lib
 
-# Google's prebuilt TensorFlow training containers with tf.estimator (2.15 and older) reached their end of
-# availability on this day, and 2.16 and later have none: every job runs the package's own container.
-PREBUILT_TF_215_END = "2025-11-14"
 # The package route (an executor image installing an sdist), retired in 0.6.0: its flags and fields are refused.
 RETIRED_PACKAGE_ROUTE = (
     "the package route was retired in 0.6.0 (Google's TensorFlow 2.15 executor images are gone, and an image of "
@@ -142,13 +139,11 @@ def _refuse_legacy_fields(training_input: dict) -> None:
     for legacy in ("runtimeVersion", "pythonVersion"):
         if legacy in training_input:
             raise spec_lib.SpecError(
-                "trainingInput.%s %r is legacy AI Platform's runtime; on Vertex AI the container decides (the "
-                "Dockerfile: Python 3.11, TensorFlow 2.15.1): remove it." % (legacy, training_input[legacy])
+                "trainingInput.%s %r is legacy AI Platform's runtime: remove it." % (legacy, training_input[legacy])
             )
     if training_input.get("useChiefInTfConfig", True) is not True:
         raise spec_lib.SpecError(
-            "trainingInput.useChiefInTfConfig false: Vertex AI always names worker pool 0 'chief' in TF_CONFIG "
-            "(the trainer takes it); remove it."
+            "trainingInput.useChiefInTfConfig false: Vertex AI always names worker pool 0 'chief': remove it."
         )
     module = training_input.get("pythonModule", MODULE)
     if module != MODULE:
@@ -160,11 +155,7 @@ def _image(training_input: dict, given: dict) -> str:
     if "packageUris" in training_input:
         raise spec_lib.SpecError("trainingInput.packageUris: %s." % RETIRED_PACKAGE_ROUTE)
     if not given.get("image_uri"):
-        raise spec_lib.SpecError(
-            "name the container that runs the trainer: --image-uri REGION-docker.pkg.dev/PROJECT/REPO/"
-            "cifar10-estimator:cpu (docs/cloud.md builds and pushes it); Google's prebuilt TensorFlow 2.15 "
-            "images are gone (end of availability %s)." % PREBUILT_TF_215_END
-        )
+        raise spec_lib.SpecError("name the container that runs the trainer: --image-uri (docs/cloud.md builds it).")
     return given["image_uri"]
 
 
@@ -172,17 +163,8 @@ def _schedule(training_input: dict, given: dict):
     """The flags' ``Scheduling`` with trainingInput.scheduling's fields in Vertex AI's names."""
     schedule = dict(given.get("schedule") or {})
     legacy = dict(training_input.get("scheduling") or {})
-    if "maxWaitTime" in legacy:
-        raise spec_lib.SpecError(
-            "trainingInput.scheduling.maxWaitTime has no Vertex AI equivalent: its maxWaitDuration applies only "
-            "to FLEX_START jobs, and a job of on-demand or Spot VMs waits QUEUED until quota allows (gcloud ai "
-            "custom-jobs cancel ends it): remove it."
-        )
     for key in sorted(set(legacy) - set(LEGACY_SCHEDULING)):
-        raise spec_lib.SpecError(
-            "trainingInput.scheduling.%s has no Vertex AI equivalent (Scheduling takes timeout, from "
-            "maxRunningTime): remove it." % key
-        )
+        raise spec_lib.SpecError("trainingInput.scheduling.%s has no Vertex AI equivalent: remove it." % key)
     if "maxRunningTime" in legacy:
         schedule["timeout"] = _one(
             "--timeout", schedule.get("timeout"), legacy["maxRunningTime"], "scheduling.maxRunningTime"
@@ -198,20 +180,13 @@ def _identity(training_input: dict, given: dict):
     tensorboard = given.get("tensorboard")
     if tensorboard and not TENSORBOARD_NAME.match(tensorboard):
         raise spec_lib.SpecError(
-            "--tensorboard %r must name a Vertex AI TensorBoard instance: "
-            "projects/PROJECT/locations/REGION/tensorboards/ID (gcloud ai tensorboards list)." % tensorboard
+            "--tensorboard %r must name a Vertex AI TensorBoard instance (its resource name)." % tensorboard
         )
     if tensorboard and not account:
-        raise spec_lib.SpecError(
-            "--tensorboard needs --service-account: Vertex AI uploads a job's TensorBoard logs as a service "
-            "account of yours with the roles docs/cloud.md names."
-        )
+        raise spec_lib.SpecError("--tensorboard needs --service-account, which uploads the logs (docs/cloud.md).")
     network = _one("--network", given.get("network"), training_input.get("network"), "network")
     if network and not NETWORK_NAME.match(network):
-        raise spec_lib.SpecError(
-            "network %r must be projects/PROJECT_NUMBER/global/networks/NAME (a network peered with Vertex AI)."
-            % network
-        )
+        raise spec_lib.SpecError("network %r must be projects/PROJECT_NUMBER/global/networks/NAME." % network)
     return account, network, tensorboard
 
 
@@ -229,11 +204,7 @@ def job_options(training_input: dict, **given) -> JobOptions:
     account, network, tensorboard = _identity(training_input, given)
     base_output_dir = _one("--base-output-dir", given.get("base_output_dir"), training_input.get("jobDir"), "jobDir")
     if tensorboard and not base_output_dir:
-        raise spec_lib.SpecError(
-            "--tensorboard needs --base-output-dir gs://BUCKET/jobs/NAME: Vertex AI sets AIP_TENSORBOARD_LOG_DIR, "
-            "the directory it streams to the instance, only for a job with a base output directory (--job-dir "
-            "alone would leave the instance empty)."
-        )
+        raise spec_lib.SpecError("--tensorboard needs --base-output-dir gs://BUCKET/jobs/NAME, where its logs are.")
     return JobOptions(
         image_uri=image,
         base_output_dir=base_output_dir,
@@ -249,11 +220,8 @@ def _machine_spec(role: str, machine_type: str, config: dict) -> dict:
     if machine_type in LEGACY_MACHINES:
         new_type, accel, count = LEGACY_MACHINES[machine_type]
         replacement = "%s%s" % (new_type, " with %d x %s (acceleratorConfig)" % (count, accel) if accel else "")
-        raise spec_lib.SpecError(
-            "trainingInput.%sType %r is a legacy AI Platform machine type with no Vertex AI equivalent of that "
-            "name: use %s, the Compute Engine equivalent."
-            % ("parameterServer" if role == "ps" else role, machine_type, replacement)
-        )
+        legacy = "trainingInput.%sType %r" % (_config_name(role), machine_type)
+        raise spec_lib.SpecError("%s is a legacy AI Platform machine type: use %s." % (legacy, replacement))
     spec = {"machineType": machine_type}
     accelerator = (config or {}).get("acceleratorConfig")
     if accelerator:
@@ -263,19 +231,15 @@ def _machine_spec(role: str, machine_type: str, config: dict) -> dict:
             raise spec_lib.SpecError("%s needs a type and a count >= 1, got %r." % (where, accelerator))
         if kind in RETIRED_GPUS:
             raise spec_lib.SpecError(
-                "%s.type %s has reached its end of support on Google Cloud: the job would not start; use %s."
-                % (where, kind, RETIRED_GPUS[kind])
+                "%s.type %s has reached its end of support: use %s." % (where, kind, RETIRED_GPUS[kind])
             )
         if kind not in GPU_TYPES:
             model = str(kind).rsplit("_", 1)[-1]  # NVIDIA_T4: the T4 is NVIDIA_TESLA_T4
             near = [t for t in GPU_TYPES if t.endswith("_" + model)] or difflib.get_close_matches(
                 str(kind), GPU_TYPES, 1
             )
-            raise spec_lib.SpecError(
-                "%s.type %r is not one of Vertex AI's GPUs (aiplatform.v1 AcceleratorType)%s: gcloud and Vertex AI "
-                "would refuse the job; give one of %s."
-                % (where, kind, ", e.g. %s" % near[0] if near else "", ", ".join(GPU_TYPES))
-            )
+            hint = "give %s" % near[0] if near else "give one of %s" % ", ".join(GPU_TYPES)
+            raise spec_lib.SpecError("%s.type %r is not one of Vertex AI's GPUs: %s." % (where, kind, hint))
         spec.update(acceleratorType=kind, acceleratorCount=int(accelerator["count"]))
     return spec
 
@@ -301,10 +265,7 @@ def pool_software(training_input: dict, role: str) -> dict:
         raise spec_lib.SpecError("%s.tpuTfVersion: the trainer's towers are GPUs or CPUs, not TPUs: remove it." % where)
     command = config.get("containerCommand")
     if command is not None and list(command) != ["python", "-m", MODULE]:
-        raise spec_lib.SpecError(
-            "%s.containerCommand %r: every pool runs the trainer, python -m %s, which the job writes: remove it "
-            "(give the trainer's flags after --, or a pool's own in containerArgs)." % (where, command, MODULE)
-        )
+        raise spec_lib.SpecError("%s.containerCommand %r: every pool runs the trainer: remove it." % (where, command))
     out = {}
     if config.get("imageUri"):
         out["image_uri"] = config["imageUri"]
@@ -345,14 +306,11 @@ def worker_pools(training_input: dict):
     tier = training_input.get("scaleTier", "BASIC" if "masterType" not in training_input else "CUSTOM")
     if tier in LEGACY_TIERS:
         machine, gpu, count = LEGACY_MACHINES[LEGACY_TIERS[tier]]
-        raise spec_lib.SpecError(
-            "trainingInput.scaleTier %s: give scaleTier CUSTOM, masterType %s and masterConfig.acceleratorConfig "
-            "{type: %s, count: %d} (gpu_config.yaml)." % (tier, machine, gpu, count)
-        )
+        fields = "masterType %s and %d %s" % (machine, count, gpu)
+        raise spec_lib.SpecError("trainingInput.scaleTier %s: give gpu_config.yaml's fields, with %s." % (tier, fields))
     if tier not in SCALE_TIERS:
         raise spec_lib.SpecError(
-            "trainingInput.scaleTier %r: only BASIC and CUSTOM (with masterType ...) map to "
-            "Vertex AI; give the machines with scaleTier CUSTOM." % tier
+            "trainingInput.scaleTier %r: give the machines with scaleTier CUSTOM (or BASIC)." % tier
         )
     if tier == "BASIC":
         return [("master", 1, {"machineType": SCALE_TIERS["BASIC"]})]
@@ -365,26 +323,16 @@ def worker_pools(training_input: dict):
         if count and not machine_type:
             raise spec_lib.SpecError("trainingInput.%s is %d but %s is missing." % (count_key, count, type_key))
         if role == "evaluator" and count > 1:
-            raise spec_lib.SpecError(
-                "trainingInput.evaluatorCount %d: TensorFlow runs one evaluator (task index 0; it refuses index 1): "
-                "give evaluatorCount: 1." % count
-            )
+            raise spec_lib.SpecError("trainingInput.evaluatorCount %d: TensorFlow runs one evaluator: give 1." % count)
         if machine_type and count:
             pools.append((role, count, _machine_spec(role, machine_type, training_input.get(config_key))))
     order = [role for role, _, _, _ in POOLS]
     present = [order.index(role) for role, _, _ in pools]
     missing = [order[i] for i in range(max(present)) if i not in present]
     if missing:
-        raise spec_lib.SpecError(
-            "trainingInput has %s but no %s: Vertex AI reads worker pools by position, and gcloud refuses the "
-            "empty pool that would keep the place; give the %s (e.g. %s: 1), or drop the later pools."
-            % (
-                "parameter servers" if order[max(present)] == "ps" else "an evaluator",
-                " and no ".join("workers" if m == "worker" else "parameter servers" for m in missing),
-                " and ".join("workers" if m == "worker" else "parameter servers" for m in missing),
-                "workerCount" if missing[0] == "worker" else "parameterServerCount",
-            )
-        )
+        later = "parameter servers" if order[max(present)] == "ps" else "an evaluator"
+        names = " and no ".join("workers" if m == "worker" else "parameter servers" for m in missing)
+        raise spec_lib.SpecError("trainingInput has %s but no %s: give them, or drop the later pools." % (later, names))
     return pools
 
 
@@ -498,10 +446,9 @@ def _check_cluster_flags(given: dict, pools: list, recipe) -> None:
     budget, auto = given.get("time_budget") is not None, given.get("network") == Network.AUTO
     for (flag, why, instead), asked in zip(refused, (budget, auto)):
         if asked:
+            machines = ", ".join("%d %s" % c for c in cluster)
             raise spec_lib.SpecError(
-                "%s%s %s; this config's machines make a ps/worker cluster (%s): give the cluster %s, or a "
-                "config with a masterType alone (one machine)."
-                % (flag, where, why, ", ".join("%d %s" % c for c in cluster), instead)
+                "%s%s %s, and this is a ps/worker cluster (%s): give %s." % (flag, where, why, machines, instead)
             )
 
 
@@ -512,15 +459,10 @@ def _check_output_places(given: dict, base_output_dir) -> None:
         value = given.get(flag[2:].replace("-", "_"))
         if value is not None and not value.startswith(("gs://", "/gcs/")):
             raise spec_lib.SpecError(
-                "%s %s is a directory of this machine, which the job's machines cannot see: give a gs:// path "
-                "(docs/cloud.md uploads the records)." % (flag, value)
+                "%s %s is a directory of this machine, unseen by the job's: give a gs:// path." % (flag, value)
             )
     if given.get("job_dir") is None and not base_output_dir:
-        raise spec_lib.SpecError(
-            "this job has no place for its outputs: Vertex AI sets AIP_MODEL_DIR and AIP_CHECKPOINT_DIR only for a "
-            "job with a base output directory: give --base-output-dir gs://BUCKET/jobs/NAME (or --job-dir gs://... "
-            "in the trainer flags)."
-        )
+        raise spec_lib.SpecError("this job has no place for its outputs: give --base-output-dir gs://BUCKET/jobs/NAME.")
 
 
 def scheduling(spot: bool = False, restart_job_on_worker_restart: bool = False, timeout_secs: float = None):

@@ -83,18 +83,14 @@ def parse(text, trial=None, alone=True) -> Cluster:
         # The Estimator's rule: without a cluster, a task can only be worker 0.
         if task_type not in (None, "", "worker") or task.get("index", 0) not in (0, "0"):
             raise ClusterConfigError(
-                "TF_CONFIG task %r has no cluster to belong to: give a 'cluster' (the services set e.g. "
-                '{"master": ["host:2222"]} even for one machine) or drop the task.' % (task,)
+                "TF_CONFIG task %r has no cluster to belong to: give a 'cluster' or drop it." % (task,)
             )
         return Cluster(trial=str(trial) if trial else None)
     index = _task_index(spec, task)
     if "chief" in spec and "master" in spec:
         raise ClusterConfigError("TF_CONFIG has both 'chief' and 'master': use one.")
     if task_type == "evaluator" and "master" in spec:
-        raise ClusterConfigError(
-            "TF_CONFIG has an evaluator beside a master: a master evaluates itself (AI Platform); "
-            "name the training lead 'chief' (Vertex AI, or useChiefInTfConfig) to use an evaluator."
-        )
+        raise ClusterConfigError("TF_CONFIG has an evaluator beside a master, which evaluates itself: name it 'chief'.")
     if not any(spec.get(role) for role in TRAINING_ROLES):
         raise ClusterConfigError("TF_CONFIG cluster has no master, chief or worker to train.")
     trial = str(trial) if trial else None
@@ -110,11 +106,7 @@ def _spec_and_task(text: str):
     try:
         config = json.loads(text)
     except ValueError as e:
-        raise ClusterConfigError(
-            "TF_CONFIG is not valid JSON (%s): %r. Expected e.g. "
-            '{"cluster": {"master": ["host:2222"], "ps": ["host:2223"]}, '
-            '"task": {"type": "master", "index": 0}}.' % (e, text[:200])
-        ) from e
+        raise ClusterConfigError("TF_CONFIG is not valid JSON (%s): %r." % (e, text[:200])) from e
     if not isinstance(config, dict):
         raise ClusterConfigError("TF_CONFIG must be a JSON object, got %r." % (config,))
     spec = config.get("cluster") or {}
@@ -149,8 +141,7 @@ def _task_index(spec: dict, task: dict) -> int:
     count = len(spec.get(task_type, ()))
     if not 0 <= index < count:
         raise ClusterConfigError(
-            "TF_CONFIG task %s index %d is out of range: the cluster has %d %s task(s)."
-            % (task_type, index, count, task_type)
+            "TF_CONFIG task %s index %d is out of range: the cluster has %d." % (task_type, index, count)
         )
     return index
 
@@ -225,8 +216,8 @@ def wait_for_parameter_servers(cluster: Cluster, timeout: float, poll: float = 0
                 break
             except OSError as e:
                 if time.time() >= deadline:
+                    where = "parameter server ps/%d at %s" % (index, address)
                     raise UnreachableError(
-                        "parameter server ps/%d at %s is unreachable after %d s (%s): check that it runs and "
-                        "that TF_CONFIG names the right address." % (index, address, timeout, e)
+                        "%s is unreachable after %d s (%s): is it running?" % (where, timeout, e)
                     ) from None
                 time.sleep(poll)

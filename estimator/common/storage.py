@@ -154,8 +154,7 @@ def upload_file(local_path: str, path: str) -> None:
         if obj.md5_hash != expected or int(obj.size) != os.path.getsize(local_path):
             obj.delete()
             raise OSError(
-                "Upload of %s to %s did not verify (md5 %s, expected %s): removed it; "
-                "run again." % (local_path, path, obj.md5_hash, expected)
+                "Upload of %s to %s did not verify (md5 %s): removed it; run again." % (local_path, path, obj.md5_hash)
             )
         return
 

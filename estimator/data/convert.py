@@ -230,10 +230,8 @@ def read_archive(path: str) -> dict:
         ) from e
     missing = sorted(wanted - set(raw))
     if missing:
-        raise ConversionError(
-            "%s has no %s: not a complete CIFAR-10 python archive."
-            % (path, ", ".join(fmt.ARCHIVE_DIR + "/" + m for m in missing))
-        )
+        names = ", ".join(fmt.ARCHIVE_DIR + "/" + m for m in missing)
+        raise ConversionError("%s has no %s: not a complete CIFAR-10 python archive." % (path, names))
     return {name: load_batch(data, "%s:%s/%s" % (path, fmt.ARCHIVE_DIR, name)) for name, data in raw.items()}
 
 

@@ -47,8 +47,7 @@ def verify(path: str, checksum) -> None:
     got = storage.file_digest(path, algorithm)
     if got != want:
         raise DownloadError(
-            "Checksum mismatch for %s: %s is %s, expected %s. The file is corrupt or "
-            "not the archive you meant; pass the right --%s or --source." % (path, algorithm, got, want, algorithm)
+            "Checksum mismatch for %s: %s is %s, expected %s: pass the right one." % (path, algorithm, got, want)
         )
 
 
@@ -81,14 +80,14 @@ def fetch(source: str, cache_dir=None, checksum=None, retries: int = 5, progress
         try:
             return pooch.retrieve(source, known, name, cache_dir or default_cache_dir(), progressbar=progress)
         except ValueError as e:  # pooch deleted the download that did not verify
+            got = str(e).split(":")[0]
             raise DownloadError(
-                "Checksum mismatch for %s: %s, expected %s. The file is corrupt or not the archive you meant; pass "
-                "the right --%s or --source." % (source, str(e).split(":")[0], checksum[1], checksum[0])
+                "Checksum mismatch for %s: %s, expected %s: pass the right one." % (source, got, checksum[1])
             ) from None
         except requests.RequestException as e:
             if attempt == retries:
                 raise DownloadError(
-                    "Could not download %s after %d attempts: %s. Check the network, or pass --source with a local "
-                    "copy." % (source, retries + 1, e)
+                    "Could not download %s after %d attempts: %s: pass --source with a local copy."
+                    % (source, retries + 1, e)
                 ) from e
             time.sleep(attempt + 1)

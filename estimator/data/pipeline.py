@@ -96,22 +96,14 @@ def _check_against_manifest(data_dir: str, subset: str, size: int, manifest: dic
     path = storage.join(data_dir, fmt.record_filename(subset))
     entry = manifest["files"][fmt.record_filename(subset)]
     if size != int(entry["bytes"]):
-        raise CorruptDataError(
-            "%s holds %s bytes but %s says %s: the file is truncated or was replaced. %s"
-            % (path, format(size, ","), fmt.MANIFEST_NAME, format(int(entry["bytes"]), ","), _REWRITE % data_dir)
-        )
+        said = "%s says %s" % (fmt.MANIFEST_NAME, format(int(entry["bytes"]), ","))
+        raise CorruptDataError("%s holds %s bytes but %s. %s" % (path, format(size, ","), said, _REWRITE % data_dir))
     if not storage.is_gcs(path):
         count = _count_records(path, _REWRITE % data_dir)
         if count != int(entry["examples"]):
+            said = "%s says %s" % (fmt.MANIFEST_NAME, format(int(entry["examples"]), ","))
             raise CorruptDataError(
-                "%s holds %s records but %s says %s. %s"
-                % (
-                    path,
-                    format(count, ","),
-                    fmt.MANIFEST_NAME,
-                    format(int(entry["examples"]), ","),
-                    _REWRITE % data_dir,
-                )
+                "%s holds %s records but %s. %s" % (path, format(count, ","), said, _REWRITE % data_dir)
             )
 
 

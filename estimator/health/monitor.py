@@ -85,9 +85,10 @@ class HealthMonitor(object):
         if self.writes:
             summaries.append_health_event(self.hp.job_dir, entry)
         if self.action == HealthAction.STOP:
+            last = tf.train.latest_checkpoint(self.hp.job_dir) or "none"
             raise HealthStop(
-                "training stopped at step %d by the health rule %s (--health-checks stop): %s "
-                "Last checkpoint: %s." % (step, rule, message, tf.train.latest_checkpoint(self.hp.job_dir) or "none")
+                "training stopped at step %d by the health rule %s (--health-checks stop): %s Last checkpoint: %s."
+                % (step, rule, message, last)
             )
 
     def recent_train_loss(self):

@@ -148,11 +148,8 @@ class JobDirLock:
                 continue  # another trainer created it meanwhile: look at it
             gone = self._gone(holder)
             if not gone:
-                raise JobDirBusyError(
-                    "%s is in use by another trainer (%s): wait for it to end, stop it, or use another --job-dir. "
-                    "(A holder that is gone is taken over: a dead pid on this host, or no heartbeat for %d s.)"
-                    % (self.job_dir, _describe(holder), self.stale_secs)
-                )
+                busy = "%s is in use by another trainer (%s)" % (self.job_dir, _describe(holder))
+                raise JobDirBusyError("%s: wait for it to end, stop it, or use another --job-dir." % busy)
             if self._create(self.record, replace_generation=generation if storage.is_gcs(self.path) else "stale"):
                 self.log(
                     "taking over %s from a trainer that is gone (%s: %s)" % (self.job_dir, _describe(holder), gone)
@@ -235,18 +232,11 @@ def check_same_network(hp) -> None:
         elif theirs != ours:
             differences.append((settings.flag_name(name), ours, theirs))
     if differences:
+        said = "; ".join("%s is %s here, %s in its hparams.json" % (f, _words(o), _words(t)) for f, o, t in differences)
+        own = " ".join("%s %s" % (f, _words(t)) if t is not None else "no " + f for f, _, t in differences)
         raise ForeignJobDirError(
             "%s holds another network's checkpoints: %s. Use another --job-dir, or this job's own flags (%s)."
-            % (
-                hp.job_dir,
-                "; ".join(
-                    "%s is %s here, %s in its hparams.json" % (f, _words(o), _words(t)) for f, o, t in differences
-                ),
-                " ".join(
-                    "%s %s" % (flag, _words(theirs)) if theirs is not None else "no " + flag
-                    for flag, _, theirs in differences
-                ),
-            )
+            % (hp.job_dir, said, own)
         )
 
 

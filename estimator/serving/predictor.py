@@ -80,10 +80,7 @@ def load_model(model_dir: str):
     sigs = loaded.signatures
     missing = {signatures.DEFAULT_SIGNATURE, signatures.IMAGES_SIGNATURE} - set(sigs)
     if missing:
-        raise InputError(
-            "%s lacks the signature(s) %s: export it with python -m estimator.export."
-            % (model_dir, ", ".join(sorted(missing)))
-        )
+        raise InputError("%s lacks the signature(s) %s: export it again." % (model_dir, ", ".join(sorted(missing))))
     return loaded, sigs[signatures.DEFAULT_SIGNATURE], sigs[signatures.IMAGES_SIGNATURE]
 
 

@@ -92,11 +92,9 @@ def check_checkpoint(checkpoint_path: str, variables, hp) -> None:
         name, shape = var.op.name, var.shape.as_list()
         if stored.get(name) != shape:
             found = "missing" if name not in stored else "shaped %s" % stored[name]
-            raise CheckpointMismatchError(
-                "%s does not hold a %s: its variable %s is %s (want %s). It was trained with other --network, "
-                "--num-layers, --resnet-version, --group-depth or --width-multiplier: pass the job's own "
-                "hparams (--job-dir of that job)." % (checkpoint_path, registry.describe(hp), name, found, shape)
-            )
+            mismatch = "its variable %s is %s (want %s)" % (name, found, shape)
+            network = "%s does not hold a %s: %s" % (checkpoint_path, registry.describe(hp), mismatch)
+            raise CheckpointMismatchError("%s: give its job's flags (--network, --num-layers ...)." % network)
 
 
 def export_saved_model(checkpoint_path: str, export_dir: str, hp) -> str:
@@ -173,8 +171,7 @@ def find_saved_model(path: str) -> str:
         if tf.io.gfile.exists(os.path.join(candidate, "saved_model.pb")):
             return candidate
     raise FileNotFoundError(
-        "%s holds no SavedModel (saved_model.pb), nor timestamped exports: pass an export such as "
-        "JOB_DIR/export/best, or make one with python -m estimator.export --job-dir JOB_DIR --output DIR." % path
+        "%s holds no SavedModel: pass an export such as JOB_DIR/export/best (docs/serving.md)." % path
     )
 
 
@@ -187,8 +184,7 @@ def resolve_checkpoint(job_dir: str, checkpoint=None) -> str:
     if checkpoint:
         if not tf.io.gfile.exists(checkpoint + ".index"):
             raise FileNotFoundError(
-                "%s is not a checkpoint (no %s.index): pass a prefix such as "
-                "%s/model.ckpt-1000." % (checkpoint, checkpoint, job_dir)
+                "%s is not a checkpoint: pass a prefix such as %s/model.ckpt-1000." % (checkpoint, job_dir)
             )
         return checkpoint
     latest = tf.train.latest_checkpoint(job_dir)

@@ -86,8 +86,7 @@ def resolve(
     if asks:
         if choose is None:
             raise ValueError(
-                "--time-budget, --network auto and --precision auto are resolved by estimator.budget: call "
-                "estimator.budget.job.resolve (or pass it as choose)."
+                "--time-budget, --network auto and --precision auto are resolved by estimator.budget.job.resolve."
             )
         hp = choose(hp, earlier, cpu, given)
     hparams_lib.check_schedule(hp)
@@ -167,10 +166,9 @@ def _places(job_dir: str, probe_cache: str, environ, cluster) -> dict:
 def _checked_precision(hp, cpu: dict):
     """``hp``, its precision checked against this CPU (``--precision auto`` is the budget's to choose)."""
     if hp.precision == Precision.BF16 and hp.num_gpus == 0 and cpu["isa"] not in machine.BF16_ISAS:
+        held = "%s=%s" % (machine.ISA_VARIABLE, cpu["isa"])
         raise ValueError(
-            "--precision bf16: %s=%s holds oneDNN below bf16 on this CPU, where TensorFlow 2.15 aborts on the "
-            "first bf16 matrix product: use --precision fp32 or auto, or unset %s."
-            % (machine.ISA_VARIABLE, cpu["isa"], machine.ISA_VARIABLE)
+            "--precision bf16: %s holds oneDNN below bf16, where TensorFlow aborts: use fp32 or auto." % held
         )
     return hp
 

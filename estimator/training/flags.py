@@ -312,21 +312,20 @@ def validate(args: argparse.Namespace, cluster: Cluster, gpus_visible=None) -> N
 def _check_length(args) -> None:
     """How long training runs: steps or epochs, the warm-up, the piecewise decays."""
     if args.train_steps is not None and args.train_epochs is not None:
-        raise ValueError(
-            "--train-steps %d and --train-epochs %s both set the length of training: "
-            "keep one." % (args.train_steps, args.train_epochs)
-        )
+        given = "--train-steps %d and --train-epochs %s" % (args.train_steps, args.train_epochs)
+        raise ValueError("%s both set the length of training: keep one." % given)
     if args.lr_decay_steps is not None:
         if args.lr_schedule != LrSchedule.PIECEWISE:
             raise ValueError(
-                "--lr-decay-steps sets the piecewise schedule's decays: drop it or use "
-                "--lr-schedule piecewise (not %s)." % args.lr_schedule
+                "--lr-decay-steps sets the piecewise schedule's decays: drop it (--lr-schedule %s)." % args.lr_schedule
             )
         steps = args.lr_decay_steps
         if any(b <= a for a, b in zip(steps, steps[1:])) or steps[0] < 1:
-            raise ValueError(
-                "--lr-decay-steps %s must be positive and increasing, e.g. 32000 48000." % " ".join(map(str, steps))
-            )
+            raise ValueError("--lr-decay-steps %s must be positive and increasing, e.g. 32000 48000." % _words(steps))
+
+
+def _words(values) -> str:
+    return " ".join(map(str, values))
 
 
 def _check_devices(args, cluster: Cluster, gpus_visible) -> None:
@@ -335,8 +334,7 @@ def _check_devices(args, cluster: Cluster, gpus_visible) -> None:
         raise ValueError("--num-cpu-towers %d is for CPU training: use it with --num-gpus 0." % args.num_cpu_towers)
     if gpus_visible is not None and args.num_gpus > gpus_visible and cluster.task_type != "ps":
         raise ValueError(
-            "--num-gpus %d but %d GPU(s) are visible: pass --num-gpus %d (0 trains on the CPU)."
-            % (args.num_gpus, gpus_visible, gpus_visible)
+            "--num-gpus %d but %d GPU(s) are visible: pass --num-gpus %d." % (args.num_gpus, gpus_visible, gpus_visible)
         )
     if args.variable_strategy == VariableStrategy.GPU and args.num_gpus == 0:
         raise ValueError("--variable-strategy GPU needs --num-gpus > 0: use --variable-strategy CPU.")
@@ -345,13 +343,12 @@ def _check_devices(args, cluster: Cluster, gpus_visible) -> None:
         value = getattr(args, name)
         if value % towers:
             raise ValueError(
-                "--%s %d is not divisible by the %d towers: use a multiple of %d, e.g. %d."
-                % (name.replace("_", "-"), value, towers, towers, (value // towers + 1) * towers)
+                "%s %d is not divisible by the %d towers: use a multiple of %d."
+                % (flag_name(name), value, towers, towers)
             )
     if args.precision == Precision.AUTO and args.num_gpus > 0:
         raise ValueError(
-            "--precision auto times fp32 against bf16 on the CPU; with --num-gpus %d choose fp32, bf16 or fp16."
-            % args.num_gpus
+            "--precision auto is for the CPU: with --num-gpus %d choose fp32, bf16 or fp16." % args.num_gpus
         )
 
 
@@ -360,50 +357,35 @@ def _check_budget(args, cluster: Cluster) -> None:
     if args.time_budget is None:
         if args.optimizer == Optimizer.AUTO:
             raise ValueError(
-                "--optimizer auto chooses by the epochs a --time-budget affords: give a budget (e.g. --time-budget "
-                "5m), or name the optimizer (--optimizer sgd or muon)."
+                "--optimizer auto chooses by the epochs a --time-budget affords: give a budget, or sgd or muon."
             )
         return
     given = [f for f, v in (("--train-steps", args.train_steps), ("--train-epochs", args.train_epochs)) if v]
     if given:
-        raise ValueError(
-            "--time-budget %gs plans the number of steps itself: drop %s." % (args.time_budget, " and ".join(given))
-        )
+        raise ValueError("--time-budget plans the number of steps itself: drop %s." % " and ".join(given))
     if args.lr_schedule not in schedules.BUDGET_SCHEDULES:
         raise ValueError(
-            "--time-budget needs a schedule that decays to 0 at the end of the budget: --lr-schedule cosine "
-            "or onecycle (not %s)." % args.lr_schedule
+            "--time-budget needs --lr-schedule cosine or onecycle, which end at 0 (not %s)." % args.lr_schedule
         )
     if args.warmup_epochs is not None:
-        raise ValueError(
-            "--time-budget sets the warm-up as a fraction of the plan (onecycle: its first 20%%): drop "
-            "--warmup-epochs %s." % args.warmup_epochs
-        )
+        raise ValueError("--time-budget plans the warm-up itself: drop --warmup-epochs %s." % args.warmup_epochs)
     if cluster.distributed:
         raise ValueError(
-            "--time-budget plans the steps of one process; this is a %s of a TF_CONFIG cluster, whose workers "
-            "the chief cannot time: give the cluster --train-steps instead." % cluster.task_type
+            "--time-budget plans one process, not a TF_CONFIG cluster's %s: give --train-steps." % cluster.task_type
         )
 
 
 def _check_network(args) -> None:
     """Each network's own shape flags, and --network auto's need of a budget."""
     if args.network == Network.AUTO and args.time_budget is None:
-        raise ValueError(
-            "--network auto chooses the network for --time-budget: give a budget (e.g. --time-budget 5m), or name "
-            "the network (--network airbench)."
-        )
+        raise ValueError("--network auto chooses the network for --time-budget: give a budget, or --network airbench.")
     if args.network in (Network.AIRBENCH, Network.AUTO):
         defaults = HParams(data_dir="", job_dir="")
-        given = [
-            "%s %s" % (flag_name(name), getattr(args, name))
-            for name in ("num_layers", "resnet_version")
-            if getattr(args, name) != getattr(defaults, name)
-        ]
-        if given:
+        names = [n for n in ("num_layers", "resnet_version") if getattr(args, n) != getattr(defaults, n)]
+        if names:
+            given = " and ".join("%s %s" % (flag_name(n), getattr(args, n)) for n in names)
             raise ValueError(
-                "%s shape a ResNet; --network %s has its own fixed layers: drop them or use --network resnet."
-                % (" and ".join(given), args.network)
+                "%s shape a ResNet; --network %s has its own fixed layers: drop them." % (given, args.network)
             )
     if args.group_widths is not None:
         if args.network == Network.RESNET:
@@ -411,7 +393,7 @@ def _check_network(args) -> None:
         if len(args.group_widths) != 3 or min(args.group_widths) < 1:
             raise ValueError(
                 "--group-widths %s: give the filters of airbench's 3 groups, each at least 1, e.g. 32 192 192."
-                % " ".join(map(str, args.group_widths))
+                % _words(args.group_widths)
             )
         if args.width_multiplier != HParams.width_multiplier:
             raise ValueError(
@@ -419,51 +401,40 @@ def _check_network(args) -> None:
             )
     if args.network == Network.RESNET and args.group_depth != HParams.group_depth:
         raise ValueError(
-            "--group-depth %d shapes the groups of --network airbench; a ResNet's depth is --num-layers: drop it "
-            "or use --network airbench." % args.group_depth
+            "--group-depth %d shapes the groups of --network airbench; a ResNet's is --num-layers." % args.group_depth
         )
 
 
 def _check_augmentation(args) -> None:
     """Progressive resizing's sizes, and its schedule, cutout and the test views' fraction only where they act."""
-    if args.progressive_resize and not schedules.MIN_RESIZE <= args.progressive_resize < fmt.HEIGHT:
+    low, high = schedules.MIN_RESIZE, fmt.HEIGHT - 1
+    if args.progressive_resize and not low <= args.progressive_resize <= high:
         raise ValueError(
-            "--progressive-resize %d must be from %d to %d pixels a side, e.g. 24 (0: off); below %d the "
-            "networks' last maps vanish."
-            % (args.progressive_resize, schedules.MIN_RESIZE, fmt.HEIGHT - 1, schedules.MIN_RESIZE)
+            "--progressive-resize %d must be from %d to %d pixels a side, e.g. 24 (0: off)."
+            % (args.progressive_resize, low, high)
         )
     if not args.progressive_resize and args.progressive_resize_until != schedules.RESIZE_UNTIL:
         raise ValueError(
-            "--progressive-resize-until %s says when --progressive-resize reaches 32 pixels, and it is off: give "
-            "--progressive-resize SIZE (e.g. 24) or drop it." % args.progressive_resize_until
+            "--progressive-resize-until %s needs --progressive-resize SIZE: give one or drop it."
+            % args.progressive_resize_until
         )
     if args.tta_fraction != HParams.tta_fraction and not (args.eval_flip_tta or args.eval_tta):
         raise ValueError(
-            "--tta-fraction %s says which images get the test-time views, and none are asked for: add "
-            "--eval-flip-tta or --eval-tta, or drop it." % args.tta_fraction
+            "--tta-fraction %s needs --eval-flip-tta or --eval-tta: add one or drop it." % args.tta_fraction
         )
     if args.cutout and not args.use_distortion_for_training:
         raise ValueError(
-            "--cutout %d is a training distortion: drop it or drop --no-use-distortion-for-training." % args.cutout
+            "--cutout %d is a training distortion: drop it or --no-use-distortion-for-training." % args.cutout
         )
 
 
 def _check_data_and_cluster(args, cluster: Cluster) -> None:
     """The training splits, determinism's seed, and --sync's cluster."""
     if fmt.VALIDATION in args.train_subsets and cluster.distributed:
-        raise ValueError(
-            "--train-subsets train validation trains a final model in one process; a TF_CONFIG cluster evaluates "
-            "the validation split as it trains: train on train alone there."
-        )
+        raise ValueError("--train-subsets train validation is for one process: a TF_CONFIG cluster trains on train.")
     if fmt.TRAIN not in args.train_subsets:
-        raise ValueError(
-            "--train-subsets %s must include train (e.g. 'train validation' for a final model)."
-            % " ".join(args.train_subsets)
-        )
+        raise ValueError("--train-subsets %s must include train." % _words(args.train_subsets))
     if args.deterministic and args.seed is None:
         raise ValueError("--deterministic needs --seed N, so that runs can repeat.")
     if args.sync and not cluster.distributed:
-        raise ValueError(
-            "--sync synchronises workers of a distributed job; "
-            "this is a single local process (no TF_CONFIG cluster): drop --sync."
-        )
+        raise ValueError("--sync synchronises workers of a distributed job, and this is one process: drop --sync.")

@@ -546,14 +546,9 @@ def refuse_retired(job_dir: str, recorded: dict, doing: str) -> None:
     """Raises ValueError, one line, when ``recorded`` had a retired option on."""
     retired = retired_in(recorded)
     if retired:
+        options = " and ".join("%s %s (retired in %s: %s)" % (f, v, version, why) for f, v, why, version in retired)
         raise ValueError(
-            "%s was trained with %s: this version cannot %s it. Use another --job-dir, or the version before "
-            "the retirement to finish that job."
-            % (
-                job_dir,
-                " and ".join("%s %s (retired in %s: %s)" % (f, v, version, why) for f, v, why, version in retired),
-                doing,
-            )
+            "%s was trained with %s: this version cannot %s it. Use another --job-dir." % (job_dir, options, doing)
         )
 
 
@@ -564,13 +559,15 @@ def check_schedule(hp: HParams) -> None:
         return
     if hp.lr_schedule != LrSchedule.PIECEWISE and warmup >= hp.train_steps:
         if hp.warmup_epochs is None:  # the schedule's own warm-up: onecycle's first step at least
-            raise ValueError(
-                "The run is %d step(s) and the %s schedule warms up over its first %d: it would never decay. "
-                "Train for at least %d steps (--train-steps, --train-epochs)."
-                % (hp.train_steps, hp.lr_schedule, warmup, warmup + 1)
+            length = "The run is %d step(s) and the %s schedule warms up over its first %d" % (
+                hp.train_steps,
+                hp.lr_schedule,
+                warmup,
             )
-        raise ValueError(
-            "--warmup-epochs %s is %d steps, as long as the whole run (%d steps): the %s schedule "
-            "would never decay. Use fewer warm-up epochs or train longer."
-            % (hp.warmup_epochs, warmup, hp.train_steps, hp.lr_schedule)
+            raise ValueError("%s: it would never decay. Train for at least %d steps." % (length, warmup + 1))
+        length = "--warmup-epochs %s is %d steps, as long as the whole run (%d steps)" % (
+            hp.warmup_epochs,
+            warmup,
+            hp.train_steps,
         )
+        raise ValueError("%s: the schedule would never decay. Use fewer or train longer." % length)

@@ -52,15 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--parallel-trials",
         type=int,
         default=None,
-        help="Trials at once (default maxParallelTrials, at most the number of cores); "
-        "each gets its share of the cores.",
+        help="Trials at once, each on its share of the cores (default maxParallelTrials, at most the cores).",
     )
     parser.add_argument("--seed", type=int, default=None, help="Seeds the sampler.")
     parser.add_argument(
         "--storage",
         default=None,
-        help="Optuna's storage, for one study shared by coordinators on several machines: a database URL, or "
-        "journal:PATH (a journal file on a shared file system). Default: JOB_DIR/study.db, this machine's.",
+        help="Optuna's storage shared by coordinators: a database URL or journal:PATH (default JOB_DIR/study.db).",
     )
     parser.add_argument("--study-name", default=None, help="The study's name in the storage (default: JOB_DIR's).")
     return parser

@@ -175,10 +175,7 @@ def _ranged_param(entry: dict, where: str, name: str, kind: str, scale: str) -> 
 def _listed_param(entry: dict, where: str, name: str, kind: str, scale: str) -> Param:
     """A DISCRETE (increasing numbers) or CATEGORICAL (distinct strings) parameter: no range, no scale."""
     if scale != Scale.UNIT_LINEAR_SCALE:
-        raise SpecError(
-            "%s.scaleType %s: only DOUBLE and INTEGER parameters take a scale here (Optuna samples %s "
-            "values as categories); remove it." % (where, scale, kind)
-        )
+        raise SpecError("%s.scaleType %s: only DOUBLE and INTEGER parameters take a scale: remove it." % (where, scale))
     for key in ("minValue", "maxValue"):
         if key in entry:
             raise SpecError("%s.%s does not go with type %s." % (where, key, kind))
@@ -205,10 +202,7 @@ def study_spec(training_input: dict, trainer_flags=None) -> StudySpec:
         raise SpecError("trainingInput.hyperparameters is missing: this file configures no tuning study.")
     unknown = sorted(set(hp) - set(HYPERPARAMETER_FIELDS))
     if unknown:
-        raise SpecError(
-            "trainingInput.hyperparameters: unknown field %s (known: %s)."
-            % (unknown[0], ", ".join(HYPERPARAMETER_FIELDS))
-        )
+        raise SpecError("trainingInput.hyperparameters: unknown field %s." % unknown[0])
     where = "trainingInput.hyperparameters."
     goal = hp.get("goal")
     if goal not in GOALS:
@@ -257,10 +251,8 @@ def _params(hp: dict, where: str, algorithm: str, trainer_flags) -> tuple:
     if algorithm == Algorithm.GRID_SEARCH:
         doubles = [p.name for p in params if p.type == ParamType.DOUBLE]
         if doubles:
-            raise SpecError(
-                "%salgorithm GRID_SEARCH takes INTEGER, DISCRETE and CATEGORICAL parameters only; "
-                "%s is DOUBLE: make it DISCRETE or pick another algorithm." % (where, doubles[0])
-            )
+            kinds = "INTEGER, DISCRETE and CATEGORICAL parameters only"
+            raise SpecError("%salgorithm GRID_SEARCH takes %s: %s is DOUBLE." % (where, kinds, doubles[0]))
     return params
 
 

@@ -221,13 +221,10 @@ class Coordinator(object):
         if self.spec.resume_previous_job_id:
             names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
             if self.spec.resume_previous_job_id not in names:
+                field = "trainingInput.hyperparameters.resumePreviousJobId %r" % self.spec.resume_previous_job_id
+                where = os.path.join(self.job_dir, STUDY_DB)
                 raise spec_lib.SpecError(
-                    "trainingInput.hyperparameters.resumePreviousJobId %r: %s holds no such study (it has: %s)."
-                    % (
-                        self.spec.resume_previous_job_id,
-                        os.path.join(self.job_dir, STUDY_DB),
-                        ", ".join(names) or "none",
-                    )
+                    "%s: %s holds no such study (it has: %s)." % (field, where, ", ".join(names) or "none")
                 )
         study = optuna.create_study(
             storage=storage,
@@ -345,14 +342,11 @@ class Coordinator(object):
         for run in list(self.running.values()):
             processes.stop_group(run.process)
             self.finish(study, run, TrialState.FAIL, None)
-        raise StudyFailed(
-            "%d trial(s) failed, the study's limit (maxFailedTrials %d%s): stopping."
-            % (
-                failed,
-                self.spec.max_failed_trials,
-                "" if self.spec.max_failed_trials_given else ", by the default rule",
-            )
+        limit = "maxFailedTrials %d%s" % (
+            self.spec.max_failed_trials,
+            "" if self.spec.max_failed_trials_given else ", by the default rule",
         )
+        raise StudyFailed("%d trial(s) failed, the study's limit (%s): stopping." % (failed, limit))
 
     def run(self):
         study = self.study = self.open_study()
