@@ -7,7 +7,7 @@ import yaml
 
 from estimator.common import cluster as cluster_lib
 from estimator.training import flags
-from estimator.training.hooks import EvalReporter
+from estimator.training.hooks import METRIC_TAG
 from tests.helpers import REPO, check
 
 
@@ -67,7 +67,7 @@ def test_cluster_config_uses_parameter_servers_and_gpus():
 def test_tuning_study_optimises_the_metric_the_trainer_reports():
     hp = training_input("hptuning_config.yaml")["hyperparameters"]
     assert hp["goal"] == "MAXIMIZE" and hp["hyperparameterMetricTag"] == "accuracy"
-    assert hp["hyperparameterMetricTag"] == EvalReporter("validation")._metric_tag
+    assert hp["hyperparameterMetricTag"] == METRIC_TAG
     assert hp["maxParallelTrials"] <= hp["maxTrials"] and hp["maxFailedTrials"] > 0
     assert hp["enableTrialEarlyStopping"] is True
     lr = [p for p in hp["params"] if p["parameterName"] == "learning-rate"][0]

@@ -15,6 +15,7 @@ from estimator.reporting import pictures, summaries
 v1 = tf.compat.v1
 
 VALIDATION_RECORD = "last_validation.json"  # in the evaluation's directory, by the evaluator task
+METRIC_TAG = "accuracy"  # what the tuning service is told after each validation (hptuning_config.yaml's)
 
 
 class ProgressHook(v1.train.SessionRunHook):
@@ -164,19 +165,8 @@ class EvalReporter(tf.estimator.Exporter):
     nothing.
     """
 
-    def __init__(
-        self,
-        subset: str,
-        metric_tag: str = "accuracy",
-        report_metric: bool = True,
-        mirror_dir: str = None,
-        trial: str = None,
-    ):
-        self._subset = subset
-        self._trial = trial
-        self._mirror_dir = mirror_dir
-        self._metric_tag = metric_tag
-        self._report_metric = report_metric
+    def __init__(self, subset: str, mirror_dir: str = None, trial: str = None):
+        self._subset, self._mirror_dir, self._trial = subset, mirror_dir, trial
         self.results = []
 
     @property
@@ -198,14 +188,8 @@ class EvalReporter(tf.estimator.Exporter):
         )
         if self._mirror_dir:
             summaries.write_scalars(self._mirror_dir, result, int(result["global_step"]))
-        if self._report_metric:
-            _HyperTune.report(
-                self._metric_tag,
-                float(result[self._metric_tag]),
-                int(result["global_step"]),
-                checkpoint_path,
-                trial=self._trial,
-            )
+        step = int(result["global_step"])
+        _HyperTune.report(METRIC_TAG, float(result[METRIC_TAG]), step, checkpoint_path, trial=self._trial)
         return None
 
 
@@ -214,10 +198,8 @@ class EvaluatorRelay(v1.train.CheckpointSaverListener):
     validations the evaluator task wrote since (``JOB_DIR/eval_validation``, a directory both see) are logged
     and reported to the tuning service from the chief, as the legacy master reported its own."""
 
-    def __init__(self, eval_dir: str, metric_tag: str = "accuracy", trial: str = None):
-        self._eval_dir = eval_dir
-        self._metric_tag = metric_tag
-        self._trial = trial
+    def __init__(self, eval_dir: str, trial: str = None):
+        self._eval_dir, self._trial = eval_dir, trial
         self.relayed = []  # [(global step, value)] in the order reported
 
     def after_save(self, session, global_step_value):
@@ -240,12 +222,12 @@ class EvaluatorRelay(v1.train.CheckpointSaverListener):
 
     def relay(self) -> None:
         done = {step for step, _ in self.relayed}
-        [series] = summaries.read_scalars(self._eval_dir, [self._metric_tag]).values()
+        [series] = summaries.read_scalars(self._eval_dir, [METRIC_TAG]).values()
         for step, value in series:
             if step in done or (self.relayed and step < self.relayed[-1][0]):
                 continue
-            logs.info("Evaluation [validation, by the evaluator] at step %d: %s %.4f", step, self._metric_tag, value)
-            _HyperTune.report(self._metric_tag, float(value), int(step), trial=self._trial)
+            logs.info("Evaluation [validation, by the evaluator] at step %d: %s %.4f", step, METRIC_TAG, value)
+            _HyperTune.report(METRIC_TAG, float(value), int(step), trial=self._trial)
             self.relayed.append((step, value))
 
 
