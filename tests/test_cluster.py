@@ -89,7 +89,7 @@ def test_a_killed_worker_rejoins_a_killed_chief_resumes_and_the_evaluator_valida
     job = str(tmp_path / "job")
     # --verbose: the Estimator's own "Saving checkpoints" and "Restoring parameters" lines.
     cluster = LocalCluster(
-        trainer(mini_records, job, 600, "--save-checkpoints-steps", "50", "--verbose"),
+        trainer(mini_records, job, 300, "--save-checkpoints-steps", "50", "--verbose"),
         workers=1,
         ps=1,
         evaluator=True,  # an evaluator needs the Vertex AI role name, chief (a master evaluates itself)
@@ -100,7 +100,7 @@ def test_a_killed_worker_rejoins_a_killed_chief_resumes_and_the_evaluator_valida
     with cluster:
         cluster.start()
         # The chief is paused from its first step until the worker has rejoined, so that no CPU is fast
-        # enough to finish the 600 steps alone before the kills below.
+        # enough to finish the 300 steps alone before the kills below.
         cluster.wait_for("chief", 0, r"step \d+/\d+ ", timeout=120)
         os.killpg(cluster.task("chief").process.pid, signal.SIGSTOP)
         cluster.wait_for("worker", 0, r"step \d+/\d+ ", timeout=120)
@@ -127,8 +127,8 @@ def test_a_killed_worker_rejoins_a_killed_chief_resumes_and_the_evaluator_valida
         restored = cluster.wait_for("chief", 0, r"Restoring parameters from .*model\.ckpt-(\d+)", timeout=180)
         assert int(restored.group(1)) == latest >= 50
         assert cluster.wait(timeout=300) == 0
-    assert_finished(cluster, job, 600)
-    assert latest < 600  # the chief was killed mid-run
+    assert_finished(cluster, job, 300)
+    assert latest < 300  # the chief was killed mid-run
     assert os.path.isdir(os.path.join(job, "eval_validation"))
     assert re.search(r"Evaluation \[validation\] at step \d+", cluster.task("evaluator").log())
 
