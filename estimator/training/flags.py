@@ -365,7 +365,7 @@ def _check_budget(args, cluster: Cluster) -> None:
         raise ValueError("--time-budget plans the number of steps itself: drop %s." % " and ".join(given))
     if args.lr_schedule not in schedules.BUDGET_SCHEDULES:
         raise ValueError(
-            "--time-budget needs --lr-schedule cosine or onecycle, which end at 0 (not %s)." % args.lr_schedule
+            "--time-budget needs --lr-schedule cosine or onecycle (not %s), which end at 0." % args.lr_schedule
         )
     if args.warmup_epochs is not None:
         raise ValueError("--time-budget plans the warm-up itself: drop --warmup-epochs %s." % args.warmup_epochs)
