@@ -68,18 +68,21 @@ def test_shuffled_labels_do_not_pass_the_learning_check(shuffled_records, tmp_pa
 
 
 @pytest.mark.slow
-def test_same_seed_deterministic_runs_are_identical(mini_records, tmp_path):
+def test_same_seed_deterministic_runs_are_identical_with_the_recipes_flags(mini_records, tmp_path):
+    """Two runs with one seed and --deterministic are identical, a third with another seed is not; they run the
+    flags the recipes use: epochs, onecycle, smoothing, Nesterov, final-only evaluation, flip TTA."""
+
     def train(job, seed):
-        rc, log = run_main(
-            "--job-dir",
-            job,
-            "--data-dir",
+        rc, log = run_job(
             mini_records,
-            *"--num-gpus 0 --num-layers 8 --train-steps 20 --train-batch-size 32 --export false --seed".split(),
+            job,
+            *(
+                "--num-gpus 0 --num-layers 8 --train-epochs 0.5 --train-batch-size 64 --lr-schedule onecycle "
+                "--learning-rate 0.2 --label-smoothing 0.1 --nesterov --eval-policy final --eval-flip-tta "
+                "--eval-batch-size 200 --save-checkpoints-steps 10 --log-every-n-steps 1 --export false "
+                "--deterministic --seed"
+            ).split(),
             str(seed),
-            "--deterministic",
-            "--log-every-n-steps",
-            "1",
         )
         assert rc == 0, log[-3000:]
         reader = tf.train.load_checkpoint(job)
@@ -88,14 +91,29 @@ def test_same_seed_deterministic_runs_are_identical(mini_records, tmp_path):
             {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()},
         )
 
-    losses_a, weights_a = train(str(tmp_path / "a"), 7)
+    job = str(tmp_path / "a")
+    losses_a, weights_a = train(job, 7)
     losses_b, weights_b = train(str(tmp_path / "b"), 7)
-    assert len(losses_a) == 20 and losses_a == losses_b
+    assert len(losses_a) == 32 and losses_a == losses_b
     assert weights_a.keys() == weights_b.keys()
     for k in weights_a:
         np.testing.assert_array_equal(weights_a[k], weights_b[k], err_msg=k)
     # A different seed gives a different run: the check can fail.
     assert train(str(tmp_path / "c"), 8)[0] != losses_a
+
+    results = json.load(open(os.path.join(job, "results.json")))
+    assert results["global_step"] == 32  # 0.5 x 4,068 / 64 = 31.8, rounded up
+    assert 0 <= results["accuracy_flip_tta"] <= 1 and results["eval_examples"] == 1017
+    described = json.load(open(os.path.join(job, "hparams.json")))
+    assert described["hparams"]["lr_schedule"] == "onecycle" and described["hparams"]["train_epochs"] == 0.5
+    assert described["derived"]["warmup_steps"] == 6 and described["derived"]["peak_learning_rate"] == 0.2
+    # Checkpoints every 10 steps, but only the final evaluation ran.
+    assert [s for s, _ in events(os.path.join(job, "eval_validation"))["accuracy"]] == [32]
+    # Summaries every step: 6 warm-up steps up to 0.2, then linearly to 0 at step 32.
+    steps, rates = zip(*events(job)["train/learning_rate"])
+    assert steps == tuple(range(1, 33))  # the Estimator files step s's summary under s + 1
+    expected = [0.2 * (s + 1) / 6 if s < 6 else 0.2 * (32 - s) / 26 for s in range(32)]
+    np.testing.assert_allclose(rates, expected, rtol=1e-6)
 
 
 @pytest.mark.slow
@@ -198,35 +216,6 @@ def _health_scalars_and_pictures_reach_tensorboard(job):
 def test_cli_bad_flag_exits_2_with_message(mini_records, tmp_path):
     rc, log = run_job(mini_records, str(tmp_path), "--num-gpus", "0", "--num-layers", "45")
     assert rc == 2 and "num_layers=45 is not 6n+2" in log and "Traceback" not in log
-
-
-@pytest.mark.slow
-def test_short_run_recipe_flags_end_to_end(mini_records, tmp_path):
-    """The flags the recipes use: epochs, onecycle, smoothing, Nesterov, final-only evaluation, flip TTA."""
-    job = str(tmp_path / "job")
-    rc, log = run_job(
-        mini_records,
-        job,
-        *(
-            "--num-gpus 0 --num-layers 8 --train-epochs 0.5 --train-batch-size 64 "
-            "--lr-schedule onecycle --learning-rate 0.2 --label-smoothing 0.1 --nesterov "
-            "--eval-policy final --eval-flip-tta --eval-batch-size 200 "
-            "--save-checkpoints-steps 10 --log-every-n-steps 8 --seed 5 --export false"
-        ).split(),
-    )
-    assert rc == 0, log[-3000:]
-    results = json.load(open(os.path.join(job, "results.json")))
-    assert results["global_step"] == 32  # 0.5 x 4,068 / 64 = 31.8, rounded up
-    assert 0 <= results["accuracy_flip_tta"] <= 1 and results["eval_examples"] == 1017
-    described = json.load(open(os.path.join(job, "hparams.json")))
-    assert described["hparams"]["lr_schedule"] == "onecycle" and described["hparams"]["train_epochs"] == 0.5
-    assert described["derived"]["warmup_steps"] == 6 and described["derived"]["peak_learning_rate"] == 0.2
-    # Checkpoints every 10 steps, but only the final evaluation ran.
-    assert [s for s, _ in events(os.path.join(job, "eval_validation"))["accuracy"]] == [32]
-    # Summaries every 8 steps: 6 warm-up steps up to 0.2, then linearly to 0 at step 32.
-    steps, rates = zip(*events(job)["train/learning_rate"])
-    assert steps == (1, 9, 17, 25)  # the Estimator files step s's summary under s + 1
-    np.testing.assert_allclose(rates, [0.2 / 6, 0.2 * 24 / 26, 0.2 * 16 / 26, 0.2 * 8 / 26], rtol=1e-6)
 
 
 @pytest.mark.slow
