@@ -13,7 +13,7 @@ from estimator.budget import planner as time_budget
 from estimator.budget.planner import BudgetState, Plan, Planner
 from estimator.common import durations, machine
 from estimator.training import schedules
-from tests.helpers import run_job, run_main
+from tests.helpers import run_main
 
 v1 = tf.compat.v1
 
@@ -569,30 +569,28 @@ def test_a_real_run_ends_within_its_budget_and_a_restart_uses_what_remains(mini_
 
 @pytest.mark.slow
 def test_precision_auto_records_its_choice_and_probe(mini_records, tmp_path):
+    """--precision auto as the trainer resolves its flags and environment (in this process; the auto job of
+    test_network_choice trains with it): the probe's figures and its cache natively, nothing timed held to AVX2."""
+    from estimator.budget import job as budget_job
     from estimator.budget import probes as speed_probes
 
-    job = str(tmp_path / "job")
     flags = "--num-gpus 0 --num-layers 8 --train-steps 2 --precision auto --eval-policy final --export false"
-    code, out = run_job(mini_records, job, *flags.split(), env={"CIFAR10_CACHE_DIR": str(tmp_path / "cache")})
-    assert code == 0, out[-3000:]
-    recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
+    argv = ["--data-dir", mini_records, "--job-dir", str(tmp_path / "job"), *flags.split()]
+    environ = dict(os.environ)  # this process's oneDNN, held or not, times the probe
+    hp, _ = budget_job.parse(argv, environ=dict(environ, CIFAR10_CACHE_DIR=str(tmp_path / "cache")))
     if machine.native_bf16(machine.cpu_info()):
-        probe = recorded["precision_probe"]
-        assert set(probe) == {"fp32", "bf16"} and recorded["precision"] == max(probe, key=probe.get)
+        probe = hp.precision_probe
+        assert set(probe) == {"fp32", "bf16"} and hp.precision == max(probe, key=probe.get)
         assert os.path.exists(str(tmp_path / "cache" / speed_probes.CACHE_FILE))
     else:  # an AVX2-only CPU: bf16 ruled out by its flags, nothing timed
-        assert recorded["precision_probe"] == {} and recorded["precision"] == "fp32"
+        assert hp.precision_probe == {} and hp.precision == "fp32"
     # oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA, as on an AVX2-only CPU): bf16 is ruled out whatever the CPU's
-    # flags, and nothing is timed (TensorFlow would abort on a bf16 matrix product there), as the trainer
-    # resolves its flags and environment (what follows is the job above's).
-    from estimator.budget import job as budget_job
-
-    env = {"CIFAR10_CACHE_DIR": str(tmp_path / "cache2"), "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    held, _ = budget_job.parse(
-        ["--data-dir", mini_records, "--job-dir", str(tmp_path / "held"), *flags.split()], environ=env
-    )
+    # flags, and nothing is timed (TensorFlow would abort on a bf16 matrix product there).
+    held_environ = dict(environ, CIFAR10_CACHE_DIR=str(tmp_path / "cache2"), ONEDNN_MAX_CPU_ISA="AVX2")
+    held, _ = budget_job.parse(argv, environ=held_environ)
     assert (held.precision, held.precision_probe) == ("fp32", {})
     assert not os.path.exists(str(tmp_path / "cache2" / speed_probes.CACHE_FILE))
+    assert not os.path.exists(str(tmp_path / "job"))  # resolved, not trained
 
 
 def test_precision_auto_never_picks_bf16_without_native_support(tmp_path):
