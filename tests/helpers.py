@@ -123,13 +123,9 @@ def tensorboard(logdir):
         server.wait(timeout=30)
 
 
-def run_job(data_dir, job_dir, *flags, env=None, timeout=600, rules=None):
-    """The trainer on ``data_dir`` into ``job_dir`` with ``flags``: (exit code, output). ``rules``: health-rule
-    thresholds to change ({"LOSS_WINDOW": 100}: ``tests.with_rules``)."""
-    flags = ("--data-dir", data_dir, "--job-dir", str(job_dir)) + flags
-    if rules:
-        return run_joined("tests.with_rules", json.dumps(rules), *flags, env=env, timeout=timeout)
-    return run_main(*flags, env=env, timeout=timeout)
+def run_job(data_dir, job_dir, *flags, env=None, timeout=600):
+    """The trainer on ``data_dir`` into ``job_dir`` with ``flags``: (exit code, output)."""
+    return run_main("--data-dir", data_dir, "--job-dir", str(job_dir), *flags, env=env, timeout=timeout)
 
 
 def in_process(main, capsys, *argv):
@@ -138,6 +134,32 @@ def in_process(main, capsys, *argv):
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def train_here(capsys, data_dir, job_dir, *flags, rules=None):
+    """``run_job`` as the trainer's ``main`` in this process, for a job whose subject is what it trains, records
+    and refuses: no interpreter or TensorFlow start of its own (a job's process, its start-up, signals and exit
+    are the subject of ``run_job``'s tests). ``rules``: health-rule thresholds to change for this job only
+    ({"LOSS_WINDOW": 100})."""
+    import logging
+    from unittest import mock
+
+    import tensorflow as tf
+
+    from estimator import cifar10_main
+    from estimator.health import rules as rules_lib
+
+    argv = ["--data-dir", data_dir, "--job-dir", str(job_dir), *flags]
+    # The job's log lines to this test's stderr, as TensorFlow's own handler writes them in a process of its own.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+    tf.get_logger().addHandler(handler)
+    try:
+        with mock.patch.multiple(rules_lib, **rules) if rules else contextlib.nullcontext():
+            code, out, err = in_process(cifar10_main.main, capsys, *argv)
+    finally:
+        tf.get_logger().removeHandler(handler)
+    return code, out + err
 
 
 def events(directory):

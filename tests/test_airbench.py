@@ -13,7 +13,7 @@ from estimator.data.pipeline import Cifar10DataSet
 from estimator.networks import airbench, registry
 from estimator.ops import gelu
 from estimator.training.model_fn import model_fn
-from tests.helpers import SMALL_AIRBENCH, hp, in_process, predict_records, run_job
+from tests.helpers import SMALL_AIRBENCH, hp, in_process, predict_records, train_here
 
 v1 = tf.compat.v1
 
@@ -299,7 +299,9 @@ def test_resnet_flags_are_refused_with_airbench(mini_records, tmp_path, capsys, 
 @pytest.mark.slow
 def test_an_airbench_job_trains_exports_predicts_and_refuses_a_resnet_restart(mini_records, tmp_path, capsys):
     job = str(tmp_path / "job")
-    code, out = run_job(mini_records, job, *SMALL_AIRBENCH, *"--train-steps 3 --eval-policy final --eval-tta".split())
+    code, out = train_here(
+        capsys, mini_records, job, *SMALL_AIRBENCH, *"--train-steps 3 --eval-policy final --eval-tta".split()
+    )
     assert code == 0, out[-3000:]
     results = json.load(open(os.path.join(job, "results.json")))
     assert results["global_step"] == 3 and 0 <= results["accuracy_tta"] <= 1

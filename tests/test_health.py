@@ -21,7 +21,7 @@ from estimator.training.hooks import EvalPictures
 from estimator.training.model_fn import model_fn, model_fn_with
 from tests import cifar_archives as ca
 from tests import helpers
-from tests.helpers import REPO, events, run_job, run_joined
+from tests.helpers import REPO, events, run_joined, train_here
 
 v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
@@ -394,10 +394,11 @@ def test_preflight_fails_the_baseline_on_blank_images(blank_records, tmp_path):
 
 
 @pytest.mark.slow
-def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mini_records, tmp_path):
+def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mini_records, tmp_path, capsys):
     # Real images, thresholds no healthy run meets: the probes, rules and records are wired for each rule.
     job = str(tmp_path / "strict")
-    rc, out = run_job(
+    rc, out = train_here(
+        capsys,
         mini_records,
         job,
         *SMALL,
@@ -428,10 +429,10 @@ def test_every_training_rule_fires_through_the_trainer_on_a_case_built_for_it(mi
 
 
 @pytest.mark.slow
-def test_blank_images_stop_training_under_health_checks_stop(blank_records, tmp_path):
+def test_blank_images_stop_training_under_health_checks_stop(blank_records, tmp_path, capsys):
     job = str(tmp_path / "job")
-    rc, out = run_job(
-        blank_records, job, *SMALL, *"--train-steps 50 --train-batch-size 32 --health-checks stop".split()
+    rc, out = train_here(
+        capsys, blank_records, job, *SMALL, *"--train-steps 50 --train-batch-size 32 --health-checks stop".split()
     )
     assert rc == monitor_lib.EXIT_STATUS, out[-3000:]
     assert (

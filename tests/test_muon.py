@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from estimator.training import muon
-from tests.helpers import SMALL_AIRBENCH, events, run_job
+from tests.helpers import SMALL_AIRBENCH, events, train_here
 
 v1 = tf.compat.v1
 
@@ -148,14 +148,14 @@ def test_two_towers_of_the_same_images_make_one_towers_update(monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_muon_job_trains_saves_its_buffers_renormalises_and_resumes_them(mini_records, tmp_path):
+def test_a_muon_job_trains_saves_its_buffers_renormalises_and_resumes_them(mini_records, tmp_path, capsys):
     """A real job: the filters' momentum buffers are in the checkpoint, each filter's norm is sqrt(out) less one
     step, the filters' rate decays linearly to 0, and a restart from the checkpoint resumes the buffers."""
     job = str(tmp_path / "job")
     # No exports and one evaluation: neither is what this test checks.
     muon = "--optimizer muon --lr-schedule onecycle --seed 1 --health-checks off --export false --eval-policy final"
     flags = SMALL_AIRBENCH + muon.split()
-    code, out = run_job(mini_records, job, *flags, "--train-steps", "30", "--save-checkpoints-steps", "20")
+    code, out = train_here(capsys, mini_records, job, *flags, "--train-steps", "30", "--save-checkpoints-steps", "20")
     assert code == 0, out[-3000:]
     reader = tf.train.load_checkpoint(job)
     names = reader.get_variable_to_shape_map()

@@ -19,7 +19,7 @@ import yaml
 from benchmarks import faults
 from estimator.common import processes
 from estimator.resilience import jobdir
-from tests.helpers import AIPLATFORM_SCHEMAS, MINI_SHA256, REPO, check, in_process, run_job, run_joined
+from tests.helpers import AIPLATFORM_SCHEMAS, MINI_SHA256, REPO, check, in_process, run_joined, train_here
 
 SMALL = "--num-gpus 0 --num-layers 8 --train-batch-size 32 --eval-batch-size 339 --seed 3 --health-checks off".split()
 
@@ -78,7 +78,9 @@ def test_numbers_are_checked_at_parse_time(mini_records, tmp_path, capsys, flags
 @pytest.mark.bf16_kernels
 def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records, tmp_path, capsys):
     job = str(tmp_path / "job")
-    code, out = run_job(mini_records, job, *SMALL, *"--train-steps 2 --eval-policy final --export false".split())
+    code, out = train_here(
+        capsys, mini_records, job, *SMALL, *"--train-steps 2 --eval-policy final --export false".split()
+    )
     assert code == 0, out[-3000:]
     # As versions 0.2.0 and 0.3.0 wrote it: with the options 0.3.0 and 0.4.0 retired, off. They do not stop a
     # restart (below).
@@ -126,7 +128,8 @@ def test_a_job_dir_of_another_network_is_refused_and_left_as_it_was(mini_records
     ), out[-2000:]
     assert "Traceback" not in out and snapshot(job) == before
     # What may change on a restart stays free: more steps, another rate and precision.
-    code, out = run_job(
+    code, out = train_here(
+        capsys,
         mini_records,
         job,
         *SMALL,
@@ -165,7 +168,9 @@ def test_a_second_trainer_is_refused_and_a_dead_holder_is_taken_over(mini_record
         os.killpg(first.pid, signal.SIGKILL)  # gone without releasing its lock
         first.wait()
     assert os.path.exists(os.path.join(job, jobdir.LOCK_FILE))
-    code, out = run_job(mini_records, job, *SMALL, *"--train-steps 10 --eval-policy final --export false".split())
+    code, out = train_here(
+        capsys, mini_records, job, *SMALL, *"--train-steps 10 --eval-policy final --export false".split()
+    )
     assert code == 0, out[-3000:]
     assert "taking over %s from a trainer that is gone (pid %d" % (job, first.pid) in out
     assert "its process no longer runs" in out and not os.path.exists(os.path.join(job, jobdir.LOCK_FILE))
@@ -281,22 +286,22 @@ def read_only_dir(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_full_job_dir_is_one_line_and_leaves_no_partial_files(mini_records, full_dir):
+def test_a_full_job_dir_is_one_line_and_leaves_no_partial_files(mini_records, full_dir, capsys):
     job = os.path.join(full_dir, "job")
-    code, out = run_job(mini_records, job, *SMALL, "--train-steps", "5")
+    code, out = train_here(capsys, mini_records, job, *SMALL, "--train-steps", "5")
     assert code == 74, out[-3000:]
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "No space left on device" in errors[0] and job in errors[0], out[-3000:]
     assert "Traceback" not in out
     left = [n for n in os.listdir(job) if "tmp" in n or "temp" in n] if os.path.isdir(job) else []
     assert left == []
-    code, out = run_job(mini_records, job, *SMALL, "--train-steps", "5", "--verbose")
+    code, out = train_here(capsys, mini_records, job, *SMALL, "--train-steps", "5", "--verbose")
     assert code == 74 and "Traceback" in out  # --verbose shows where
 
 
 @pytest.mark.slow
-def test_a_read_only_job_dir_and_data_dir_are_one_line(mini_records, mini_archive, read_only_dir):
-    code, out = run_job(mini_records, read_only_dir + "/job", *SMALL, "--train-steps", "5")
+def test_a_read_only_job_dir_and_data_dir_are_one_line(mini_records, mini_archive, read_only_dir, capsys):
+    code, out = train_here(capsys, mini_records, read_only_dir + "/job", *SMALL, "--train-steps", "5")
     assert code == 74, out[-3000:]
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Read-only file system" in errors[0] and read_only_dir in errors[0], out[-2000:]

@@ -15,7 +15,7 @@ from estimator.data.pipeline import Cifar10DataSet
 from estimator.training import config
 from estimator.training.hparams import HParams
 from estimator.training.model_fn import model_fn
-from tests.helpers import REPO, events, in_process, predict_records, run_job, run_module
+from tests.helpers import REPO, events, in_process, predict_records, run_job, run_module, train_here
 
 # One worker runs this module (make test: --dist loadgroup), so its finished job is trained once, not once a worker.
 pytestmark = pytest.mark.xdist_group("serving")
@@ -240,7 +240,7 @@ def test_export_cli_and_its_refusals(job, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_restarted_job_keeps_the_real_best(job, mini_records, tmp_path):
+def test_restarted_job_keeps_the_real_best(job, mini_records, tmp_path, capsys):
     # tensorflow/tensorflow#47396: BestExporter exports after a restart whatever the value.
     copy = str(tmp_path / "job")
     shutil.copytree(job, copy)
@@ -249,7 +249,7 @@ def test_restarted_job_keeps_the_real_best(job, mini_records, tmp_path):
     record["accuracy"] = 0.99  # a best this short run cannot beat
     json.dump(record, open(record_path, "w"))
     before = exports(copy, "best")
-    rc, log = run_job(mini_records, copy, "--train-steps", "80", *FLAGS)
+    rc, log = train_here(capsys, mini_records, copy, "--train-steps", "80", *FLAGS)
     assert rc == 0, log[-3000:]
     assert exports(copy, "best") == before and json.load(open(record_path))["accuracy"] == 0.99
     assert len(exports(copy, "final")) == 2  # the final model is exported again

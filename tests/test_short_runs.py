@@ -16,7 +16,7 @@ from estimator.networks import registry
 from estimator.networks.resnet import ResNetCifar10
 from estimator.training import schedules
 from estimator.training.model_fn import IMAGE_SIZE, LOOKAHEAD_MAX_PULL, apply_lookahead, model_fn, resized_for_training
-from tests.helpers import SMALL_AIRBENCH, events, hp, run_job
+from tests.helpers import SMALL_AIRBENCH, events, hp, train_here
 
 v1 = tf.compat.v1
 MODES = tf.estimator.ModeKeys
@@ -214,13 +214,15 @@ def test_model_fn_trains_each_step_at_its_size_and_evaluates_at_full_size():
 
 
 @pytest.mark.slow
-def test_a_progressively_resized_final_model_on_train_and_validation_logs_its_sizes_and_says_so(mini_records, tmp_path):
+def test_a_progressively_resized_final_model_on_train_and_validation_logs_its_sizes_and_says_so(
+    mini_records, tmp_path, capsys
+):
     job = str(tmp_path / "job")
     flags = (
         "--train-steps 12 --lr-schedule onecycle --learning-rate 0.1 --eval-policy final --log-every-n-steps 1 "
         "--seed 1 --progressive-resize 20 --progressive-resize-until 0.5 --eval-tta --train-subsets train validation"
     )
-    code, out = run_job(mini_records, job, *SMALL_AIRBENCH, *flags.split())
+    code, out = train_here(capsys, mini_records, job, *SMALL_AIRBENCH, *flags.split())
     assert code == 0, out[-3000:]
     recorded = json.load(open(os.path.join(job, "hparams.json")))["hparams"]
     assert recorded["progressive_resize"] == 20 and recorded["progressive_resize_until"] == 0.5

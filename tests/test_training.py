@@ -13,7 +13,7 @@ import tensorflow as tf
 from estimator.data.convert import convert, read_archive
 from estimator.data.records import CLASS_NAMES
 from tests import cifar_archives as ca
-from tests.helpers import events, fetch_json, run_job, run_main, tensorboard
+from tests.helpers import events, fetch_json, run_job, run_main, tensorboard, train_here
 
 # The learning check: the quarter-width airbench network (the recipes' family), 400 steps of 64 images (6 epochs
 # of the real training images: at 300 the hardest class was too near the class rule's line), batch-norm decay
@@ -43,8 +43,8 @@ def shuffled_records(tmp_path_factory, mini_archive):
 
 
 @pytest.mark.slow
-def test_a_network_learns_real_images(mini_records, tmp_path):
-    rc, log = run_job(mini_records, str(tmp_path / "job"), *LEARN, rules=LOSS_WINDOW)
+def test_a_network_learns_real_images(mini_records, tmp_path, capsys):
+    rc, log = train_here(capsys, mini_records, str(tmp_path / "job"), *LEARN, rules=LOSS_WINDOW)
     assert rc == 0, log[-3000:]
     results = json.load(open(str(tmp_path / "job" / "results.json")))
     assert results["global_step"] == 400 and results["eval_examples"] == 1017
@@ -55,8 +55,8 @@ def test_a_network_learns_real_images(mini_records, tmp_path):
 
 
 @pytest.mark.slow
-def test_shuffled_labels_do_not_pass_the_learning_check(shuffled_records, tmp_path):
-    rc, log = run_job(shuffled_records, str(tmp_path / "job"), *LEARN, rules=LOSS_WINDOW)
+def test_shuffled_labels_do_not_pass_the_learning_check(shuffled_records, tmp_path, capsys):
+    rc, log = train_here(capsys, shuffled_records, str(tmp_path / "job"), *LEARN, rules=LOSS_WINDOW)
     assert rc == 0, log[-3000:]
     results = json.load(open(str(tmp_path / "job" / "results.json")))
     assert results["accuracy"] < 0.20, results
@@ -219,9 +219,10 @@ def test_cli_bad_flag_exits_2_with_message(mini_records, tmp_path):
 
 
 @pytest.mark.slow
-def test_non_finite_loss_stops_at_once_with_a_message(mini_records, tmp_path):
+def test_non_finite_loss_stops_at_once_with_a_message(mini_records, tmp_path, capsys):
     job = str(tmp_path / "job")
-    rc, log = run_job(
+    rc, log = train_here(
+        capsys,
         mini_records,
         job,
         *"--num-gpus 0 --num-layers 8 --train-steps 50 --train-batch-size 32 --learning-rate 1e6 --seed 1".split(),
