@@ -2,6 +2,7 @@
 reading event files and validating against Google's discovery schemas."""
 
 import contextlib
+import gc
 import glob
 import json
 import os
@@ -154,10 +155,14 @@ def train_here(capsys, data_dir, job_dir, *flags, rules=None):
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
     tf.get_logger().addHandler(handler)
+    # The worker's objects frozen meanwhile, as the trainer freezes its imports (processes.imports_uncollected):
+    # else each of the job's collections walks every earlier test's graphs too.
+    gc.freeze()
     try:
         with mock.patch.multiple(rules_lib, **rules) if rules else contextlib.nullcontext():
             code, out, err = in_process(cifar10_main.main, capsys, *argv)
     finally:
+        gc.unfreeze()
         tf.get_logger().removeHandler(handler)
     return code, out + err
 
