@@ -148,8 +148,6 @@ def start_trainer(data_dir, job_dir, *flags):
 
 @pytest.mark.slow
 def test_a_second_trainer_is_refused_and_a_dead_holder_is_taken_over(mini_records, tmp_path, capsys):
-    from estimator import cifar10_main
-
     job = str(tmp_path / "job")
     first = start_trainer(mini_records, job, "--train-steps", "100000", "--log-every-n-steps", "5")
     try:
@@ -157,8 +155,7 @@ def test_a_second_trainer_is_refused_and_a_dead_holder_is_taken_over(mini_record
         assert first.poll() is None, "".join(lines)
         lock = json.load(open(os.path.join(job, jobdir.LOCK_FILE)))
         assert lock["pid"] == first.pid
-        second = ["--data-dir", mini_records, "--job-dir", job, *SMALL, "--train-steps", "10"]
-        code, _, out = in_process(cifar10_main.main, capsys, *second)  # refused at once, not waiting
+        code, out = train_here(capsys, mini_records, job, *SMALL, "--train-steps", "10")  # refused at once, not waiting
         assert code == 75
         assert re.search(
             r"error: %s is in use by another trainer \(pid %d on \S+ since 20\d\d-" % (re.escape(job), first.pid), out
