@@ -447,7 +447,11 @@ def test_a_recipe_the_trainer_would_refuse_in_the_jobs_cluster_is_refused_before
         "error: --time-budget from --recipe cpu_5min plans the steps of one process, and the chief cannot time its "
         "workers, and this is a ps/worker cluster (2 worker, 1 ps): give --train-steps."
     )
-    assert "missing.args: No such file or directory" in refused("@" + str(tmp_path / "missing.args"))
+    missing = str(tmp_path / "missing.args")
+    assert (
+        refused("@" + missing)
+        == "error: the trainer would refuse its flags: [Errno 2] No such file or directory: %r" % missing
+    )
     # A study of a recipe (hptuning_recipe.yaml) runs each trial on one machine: its budget is fine there.
     # Its trials train on the training split (reporting validation accuracy) and all train one member.
     trainer = ["--recipe", "cpu_5min", "--data-dir=gs://b/d"]

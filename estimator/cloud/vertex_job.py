@@ -15,7 +15,6 @@ import contextlib
 import difflib
 import io
 import re
-import shlex
 from dataclasses import dataclass
 
 from estimator.common.cluster import Cluster
@@ -336,20 +335,6 @@ def worker_pools(training_input: dict):
     return pools
 
 
-def _read_flag_files(trainer_args) -> list:
-    args = []
-    for arg in trainer_args:
-        if arg.startswith("@"):
-            try:
-                with open(arg[1:]) as f:
-                    args.extend(shlex.split(f.read(), comments=True))
-            except OSError as e:
-                raise spec_lib.SpecError("%s: %s (a flag file of the trainer's)." % (arg, e.strerror)) from None
-        else:
-            args.append(arg)
-    return args
-
-
 def job_cluster(pools, role: str = "chief") -> Cluster:
     """The ``Cluster`` a replica of ROLE sees in this job (``TF_CONFIG`` as Vertex AI sets it, names only):
     one machine alone trains as a single process."""
@@ -413,7 +398,8 @@ def job_args(trainer_args, training_input: dict, base_output_dir: str = None) ->
     Raises:
       SpecError: naming the flag, where it came from, and the fix.
     """
-    args = _read_flag_files(list(training_input.get("args") or ()) + list(trainer_args))
+    with _trainer_refusal():  # @FILE read as the trainer reads it
+        args = flags.build_parser()._read_args_from_files(list(training_input.get("args") or ()) + list(trainer_args))
     try:
         at, recipe = recipes.find(args)
         if at is not None and recipe not in recipes.names():  # a file: its flags go with the job

@@ -94,7 +94,6 @@ class Range:
 
 POSITIVE = Range(0, low_open=True)
 NONNEGATIVE = Range(0)
-FRACTION = Range(0, 1, low_open=True, high_open=True)  # strictly between 0 and 1
 
 
 class _FieldDefault:
