@@ -509,7 +509,7 @@ def test_a_job_dir_of_0_3_0_is_read_and_restarted_with_the_graph_it_trained(mini
     [
         (settings.POSITIVE, "positive", [1e-9, 3], [0, -1]),
         (settings.NONNEGATIVE, "0 or more", [0, 7], [-1e-9]),
-        (settings.FRACTION, "in (0, 1)", [0.5], [0, 1]),
+        (settings.Range(0, 1, low_open=True, high_open=True), "in (0, 1)", [0.5], [0, 1]),
         (settings.Range(0, 1, high_open=True), "in [0, 1)", [0, 0.99], [1, -0.1]),
         (settings.Range(0, 1, low_open=True), "in (0, 1]", [1], [0, 1.01]),
         (settings.Range(0, 16, unit="pixels"), "from 0 to 16 pixels", [0, 16], [-1, 17]),

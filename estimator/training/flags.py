@@ -82,32 +82,21 @@ _float.__name__ = "float"
 # argparse names the type in its messages: "invalid int value"
 
 
-class _BoolFlag(argparse.Action):
-    """``--x``, ``--no-x`` and ``--x=false``: a real boolean.
-
-    The original parsed these with ``type=bool``, so ``--flag False`` was True;
-    here an explicit value is parsed strictly, so old command lines keep working
-    and mean what they say.
-    """
+class _BoolFlag(argparse.BooleanOptionalAction):
+    """argparse's ``--x`` and ``--no-x``, and ``--x=false``: the original parsed these with ``type=bool``, so
+    ``--flag False`` was True; here an explicit value is parsed strictly, so old command lines mean what they say."""
 
     def __init__(self, option_strings, dest, default=None, help=None):
-        strings = []
-        for s in option_strings:
-            strings.append(s)
-            if s.startswith("--"):
-                strings.append("--no-" + s[2:])
-        super().__init__(strings, dest, nargs="?", default=default, help=help, metavar="BOOL")
+        super().__init__(option_strings, dest, default=default)  # no help yet: argparse would add the default
+        self.nargs, self.help, self.metavar = "?", help, "BOOL"
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if option_string.startswith("--no-"):
-            if values is not None:
-                parser.error("%s takes no value" % option_string)
-            setattr(namespace, self.dest, False)
-        else:
-            try:
-                setattr(namespace, self.dest, True if values is None else _bool(values))
-            except argparse.ArgumentTypeError as e:
-                parser.error("%s: %s" % (option_string, e))
+        if values is not None and option_string.startswith("--no-"):
+            parser.error("%s takes no value" % option_string)
+        try:
+            setattr(namespace, self.dest, not option_string.startswith("--no-") if values is None else _bool(values))
+        except argparse.ArgumentTypeError as e:
+            parser.error("%s: %s" % (option_string, e))
 
 
 class _Retired(argparse.Action):
