@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -56,11 +57,14 @@ def tune(config, job_dir, data_dir, *options, trainer=TRAINER, timeout=600):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def tune_in_process(capsys, config, job_dir, data_dir):
+def tune_in_process(capsys, config, job_dir, data_dir, *options):
     """``estimator.tune.main`` in this process, for refusals: they happen before any trial runs."""
     from estimator import tune as tune_lib
 
-    rc = tune_lib.main(["--config", config, "--job-dir", job_dir, "--", "--data-dir", data_dir] + TRAINER)
+    try:
+        rc = tune_lib.main(["--config", config, "--job-dir", job_dir, *options, "--", "--data-dir", data_dir] + TRAINER)
+    except SystemExit as e:  # argparse's refusal of the tuner's own flags
+        rc = e.code
     captured = capsys.readouterr()
     return rc, captured.out, captured.err
 
@@ -328,28 +332,24 @@ def test_a_study_of_a_recipe_trains_on_the_training_split_and_writes_its_best_ar
     assert hp.train_subsets == ("train", "validation") and hp.label_smoothing == float(best["label-smoothing"])
 
 
-@pytest.mark.slow
-def test_two_coordinators_share_one_study_through_optunas_journal(mini_records, tmp_path):
-    """Two machines' coordinators (two processes here) join one study through a journal file: together
-    they run its maxTrials, each trial once, none recorded as failed by the other."""
-    journal = str(tmp_path / "shared" / "study.journal")
-    os.makedirs(os.path.dirname(journal))
-    config = write_config(tmp_path / "c.yaml", maxTrials=3, maxParallelTrials=1, params=[LEARNING_RATE_PARAM])
-    shared = ("--storage", "journal:" + journal, "--study-name", "shared")
-    command = lambda job: tune_command(config, job, mini_records, *shared)  # noqa: E731
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    first = subprocess.Popen(command(str(tmp_path / "a")), cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-    time.sleep(3)
-    second = subprocess.Popen(command(str(tmp_path / "b")), cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-    outputs = [p.communicate(timeout=600)[0] for p in (first, second)]
-    assert first.returncode == 0 and second.returncode == 0, outputs
-    import optuna
-
-    study = optuna.load_study(
-        study_name="shared", storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
+def test_the_retired_shared_storage_is_refused_and_only_a_gone_coordinators_trials_are_failed(
+    mini_records, tmp_path, capsys
+):
+    """--storage (several machines, one study) was retired in 0.6.0: one line, exit 2, nothing created. A trial left
+    running is failed on resume unless its coordinator still runs on this host."""
+    config = write_config(tmp_path / "hp.yaml", params=[LEARNING_RATE_PARAM])
+    job = str(tmp_path / "study")
+    rc, _, err = tune_in_process(capsys, config, job, mini_records, "--storage", "journal:x")
+    assert rc == 2 and not os.path.exists(job)
+    assert err.splitlines()[-1] == (
+        "python -m estimator.tune: error: --storage was retired in 0.6.0 (a study on several machines is a Vertex AI "
+        "tuning job; docs/cloud.md): drop it."
     )
-    states = [t.state.name for t in study.trials]
-    assert states.count("COMPLETE") == 3 and len(states) == 3, states
-    ran = [len(os.listdir(str(tmp_path / d))) for d in ("a", "b") if os.path.isdir(str(tmp_path / d))]
-    assert sum(1 for t in study.trials if t.user_attrs["coordinator"].endswith(":%d" % first.pid)) >= 1
-    assert sum(1 for t in study.trials if t.user_attrs["coordinator"].endswith(":%d" % second.pid)) >= 1, ran
+    from estimator.tuning import study
+
+    host = socket.gethostname()
+    assert study._coordinator_gone(None, host) and study._coordinator_gone("elsewhere:%d" % os.getppid(), host)
+    assert not study._coordinator_gone("%s:%d" % (host, os.getppid()), host)
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    assert study._coordinator_gone("%s:%d" % (host, dead.pid), host)

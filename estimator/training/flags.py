@@ -99,8 +99,8 @@ class _BoolFlag(argparse.BooleanOptionalAction):
             parser.error("%s: %s" % (option_string, e))
 
 
-class _Retired(argparse.Action):
-    """A retired flag: refused with one line saying so, and hidden from ``--help``."""
+class RetiredFlag(argparse.Action):
+    """A retired flag (``retired``: an ``hparams.Retired``): refused with one line saying so, hidden from ``--help``."""
 
     def __init__(self, option_strings, dest, retired, **kwargs):
         self.retired = retired
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     for f, declared, kind in settings.declared(HParams):
         groups[declared.group].add_argument(flag_name(f.name), **_argument(f, declared, kind))
     for name, retired in RETIRED.items():
-        p.add_argument(flag_name(name), action=_Retired, retired=retired)
+        p.add_argument(flag_name(name), action=RetiredFlag, retired=retired)
     return p
 
 

@@ -21,9 +21,14 @@ import sys
 
 from estimator.budget import family
 from estimator.common import processes
-from estimator.training import flags
+from estimator.training import flags, hparams
 from estimator.tuning import report, trial_flags
 from estimator.tuning import spec as spec_lib
+
+# Several machines, one study: a Vertex AI tuning job (python -m estimator.vertex hp-tuning-job) runs them.
+STORAGE_RETIRED = hparams.Retired(
+    None, "a study on several machines is a Vertex AI tuning job", "0.6.0", "docs/cloud.md"
+)
 
 
 def check_trainer_flags(trainer_flags, job_dir: str):
@@ -55,12 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Trials at once, each on its share of the cores (default maxParallelTrials, at most the cores).",
     )
     parser.add_argument("--seed", type=int, default=None, help="Seeds the sampler.")
-    parser.add_argument(
-        "--storage",
-        default=None,
-        help="Optuna's storage shared by coordinators: a database URL or journal:PATH (default JOB_DIR/study.db).",
-    )
-    parser.add_argument("--study-name", default=None, help="The study's name in the storage (default: JOB_DIR's).")
+    parser.add_argument("--study-name", default=None, help="The study's name in JOB_DIR/study.db (default: JOB_DIR's).")
+    parser.add_argument("--storage", action=flags.RetiredFlag, retired=STORAGE_RETIRED)
     return parser
 
 
@@ -93,7 +94,6 @@ def main(argv=None) -> int:
         parallel,
         seed=args.seed,
         extra_flags=extra,
-        storage=args.storage,
         study_name=args.study_name,
     )
     print(

@@ -34,10 +34,6 @@ Mapping of the service's settings:
 * Resume: the same command continues the study; trials a killed coordinator
   left RUNNING are recorded as failed (their directories kept) and finished
   trials are never run again. ``resumePreviousJobId`` names the study.
-* Several machines, one study: ``--storage`` names Optuna's own storage shared by their coordinators
-  (a database URL, or ``journal:PATH``, a journal file on a shared file system); each coordinator
-  starts trials until the study has ``maxTrials``, and only a trial whose coordinator is known to be
-  gone (on this host, its process ended) is recorded as failed.
 """
 
 from __future__ import annotations
@@ -55,8 +51,6 @@ import time
 from dataclasses import dataclass
 
 import optuna
-from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from estimator.common import cluster as cluster_lib
@@ -198,7 +192,6 @@ class Coordinator(object):
         study_name: str = None,
         extra_flags=(),
         out=sys.stdout,
-        storage: str = None,
     ):
         self.spec = study_spec
         self.job_dir = os.path.abspath(job_dir)
@@ -208,7 +201,6 @@ class Coordinator(object):
         self.seed = seed
         self.study_name = study_name or study_spec.resume_previous_job_id or os.path.basename(self.job_dir)
         self.out = out
-        self.storage = storage
         self.host = socket.gethostname()
         self.running = {}
         self.study = None  # the open study, also after StudyFailed
@@ -217,7 +209,7 @@ class Coordinator(object):
 
     def open_study(self):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        storage = open_storage(self.storage, self.job_dir)
+        storage = "sqlite:///" + os.path.join(self.job_dir, STUDY_DB)
         if self.spec.resume_previous_job_id:
             names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
             if self.spec.resume_previous_job_id not in names:
@@ -235,8 +227,8 @@ class Coordinator(object):
             pruner=make_pruner(self.spec),
         )
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            # A coordinator killed mid-trial: record the trial as failed, keep its directory. Another
-            # coordinator's running trial (a shared study) is left alone.
+            # A coordinator killed mid-trial: record the trial as failed, keep its directory. One still running
+            # on this host (the same command twice) keeps its trials.
             if not _coordinator_gone(frozen.user_attrs.get("coordinator"), self.host):
                 continue
             study.tell(frozen.number, state=TrialState.FAIL)
@@ -375,25 +367,12 @@ class Coordinator(object):
         return study
 
 
-def open_storage(storage: str, job_dir: str):
-    """Optuna's storage: ``journal:PATH`` (a journal file, for coordinators on several machines sharing a
-    file system), a database URL (``sqlite:///...``, ``postgresql://...``), or by default
-    ``JOB_DIR/study.db``."""
-    if not storage:
-        return "sqlite:///" + os.path.join(job_dir, STUDY_DB)
-    if storage.startswith("journal:"):
-        return JournalStorage(JournalFileBackend(os.path.abspath(storage[len("journal:") :])))
-    return storage
-
-
 def _coordinator_gone(tag, host: str) -> bool:
-    """Whether the coordinator ``host:pid`` that started a trial is known to have ended: on this host, its
-    process is gone. Trials of older studies have no tag (one coordinator then: gone)."""
-    if not tag:
-        return True
-    their_host, _, pid = tag.rpartition(":")
+    """Whether the coordinator ``host:pid`` that started a trial has ended: an older study's (no tag) and another
+    host's (the study was moved) have; on this host, its process is gone."""
+    their_host, _, pid = (tag or "").rpartition(":")
     if their_host != host:
-        return False  # another machine's coordinator: nothing here says it has ended
+        return True
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
