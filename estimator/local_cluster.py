@@ -1,13 +1,17 @@
-"""Runs a training job as a cluster of real local processes (``estimator.cloud.local_cluster``).
+"""``python -m estimator.local_cluster`` was retired in 0.6.0: ``python -m estimator.vertex local-run`` runs a
+cluster as Vertex AI runs it, from the job's own config (docs/cloud.md). Its classes are
+``estimator.cloud.local_cluster``'s."""
 
-    python -m estimator.local_cluster --workers 2 --ps 1 [--evaluator] -- \\
-        --data-dir DIR --job-dir DIR --num-gpus 0 --train-steps 1000
-"""
+import sys
 
-from estimator.cloud.local_cluster import ClusterError, LocalCluster, Task, build_parser, cluster_spec, free_ports, main
-from estimator.common import processes
+from estimator.cloud.local_cluster import ClusterError, LocalCluster, Task, cluster_spec, free_ports
 
-__all__ = ["ClusterError", "LocalCluster", "Task", "build_parser", "cluster_spec", "free_ports", "main"]
+__all__ = ["ClusterError", "LocalCluster", "Task", "cluster_spec", "free_ports"]
+RETIRED = (
+    "python -m estimator.local_cluster was retired in 0.6.0: write the job's config (python -m estimator.vertex "
+    "custom-job) and run it here with python -m estimator.vertex local-run (docs/cloud.md)."
+)
 
 if __name__ == "__main__":
-    processes.exit_with(main())
+    print("error: " + RETIRED, file=sys.stderr)
+    sys.exit(2)

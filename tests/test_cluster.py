@@ -151,31 +151,25 @@ def test_unreachable_parameter_server_fails_in_bounded_time(mini_records, tmp_pa
     assert "parameter server ps/0 at 127.0.0.1:%d is unreachable after 3 s" % ps in proc.stderr
 
 
-def test_launcher_stops_everything_when_a_task_fails_and_names_it(tmp_path):
+def test_a_failed_task_stops_everything_and_is_named_and_the_retired_command_says_where_to_go(tmp_path):
     # A bad flag makes master and worker exit 2; the ps would wait forever.
-    proc = subprocess.run(
-        [
-            sys.executable,
-            *"-m estimator.local_cluster --workers 1 --ps 1 --timeout 120 -- --data-dir".split(),
-            str(tmp_path / "missing"),
-            "--job-dir",
-            str(tmp_path / "job"),
-            "--num-gpus",
-            "0",
-        ],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 1
-    assert re.search(r"error: (master|worker)/0 failed with exit code 2; stopped the other tasks", proc.stderr)
-    assert "Run generate_cifar10_tfrecords.py" in proc.stdout + proc.stderr
-    spec = json.loads(re.search(r"Cluster: (\{.*\})", proc.stdout).group(1))
-    port = int(spec["ps"][0].rsplit(":", 1)[1])
+    flags = ["--data-dir", str(tmp_path / "missing"), "--job-dir", str(tmp_path / "job"), "--num-gpus", "0"]
+    cluster = LocalCluster(flags, workers=1, ps=1, env=ENV, out=None)
+    with pytest.raises(ClusterError, match=r"^(master|worker)/0 failed with exit code 2; stopped the other tasks") as e:
+        cluster.start().wait(timeout=120)
+    assert "Run generate_cifar10_tfrecords.py" in str(e.value)
+    assert all(task.process.poll() is not None for task in cluster.tasks.values())
+    port = int(cluster.spec["ps"][0].rsplit(":", 1)[1])
     with pytest.raises(cluster_lib.UnreachableError):  # the ps is gone
         cluster_lib.wait_for_parameter_servers(cluster_lib.Cluster(spec={"ps": ["127.0.0.1:%d" % port]}), 1)
+    # python -m estimator.local_cluster, retired in 0.6.0: one line naming the command that runs a cluster now.
+    retired = [sys.executable, "-m", "estimator.local_cluster", "--workers", "1", "--", "--num-gpus", "0"]
+    proc = subprocess.run(retired, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "error: python -m estimator.local_cluster was retired in 0.6.0: write the job's config (python -m "
+        "estimator.vertex custom-job) and run it here with python -m estimator.vertex local-run (docs/cloud.md)."
+    ]
 
 
 def test_wait_for_reports_an_early_exit(tmp_path):

@@ -119,7 +119,7 @@ def documented_commands():
 def parsers():
     """Each program's own parser of its own flags; the trainer's flags after ``--`` go to the trainer's."""
     from benchmarks import recipes
-    from estimator import export, local_cluster, predict, preflight, tune
+    from estimator import export, predict, preflight, tune
     from estimator.data import convert
 
     return {
@@ -129,7 +129,6 @@ def parsers():
         "estimator.export": export.build_parser,
         "estimator.predict": predict.build_parser,
         "estimator.tune": tune.build_parser,
-        "estimator.local_cluster": local_cluster.build_parser,
         "benchmarks.recipes": recipes.build_parser,
         "estimator.vertex": None,  # tests/test_vertex.py writes and checks every job of its commands
     }

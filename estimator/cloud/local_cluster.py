@@ -1,22 +1,16 @@
-"""Runs a training job as a cluster of real local processes, like
-``gcloud ai-platform local train --distributed``.
+"""A training job as a cluster of real local processes: what ``python -m estimator.vertex local-run`` runs a
+Vertex AI config with (``estimator.cloud.rehearsal``), and the tests' clusters.
 
-    python -m estimator.local_cluster --workers 2 --ps 1 [--evaluator] -- \\
-        --data-dir DIR --job-dir DIR --num-gpus 0 --train-steps 1000
-
-Starts a master (or ``--chief-role chief``, as on Vertex AI), workers,
-parameter servers and optionally an evaluator, each a ``python -m
-estimator.cifar10_main`` process with the ``TF_CONFIG`` the service would give
-it, on free ports of 127.0.0.1. Their output is streamed with a role prefix.
-Parameter servers never exit on their own, by design: they are ended once the
-master has finished and the workers and evaluator are done. If a process fails,
-the rest are stopped and the failure is named. The exit code is the master's.
+Starts a chief (or a master, as AI Platform named it), workers, parameter servers and optionally an
+evaluator, each a ``python -m estimator.cifar10_main`` process (or a pool's own command) with the
+``TF_CONFIG`` the service would give it, on free ports of 127.0.0.1. Their output is kept, and streamed
+with a role prefix. Parameter servers never exit on their own, by design: they are ended once the chief
+has finished and the workers and evaluator are done. If a process fails, the rest are stopped and the
+failure is named.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import signal
@@ -30,8 +24,6 @@ from estimator.common import cluster as cluster_lib
 from estimator.common import processes
 
 HOST = "127.0.0.1"
-# How long tasks get to save a checkpoint after the SIGTERM a stop passes on, before SIGKILL.
-SIGNAL_GRACE_SECS = 60
 
 
 def free_ports(count: int):
@@ -108,15 +100,10 @@ class LocalCluster(object):
         commands=None,
         task_env=None,
     ):
-        """``commands``: {role: argv} for roles that run another command than this interpreter's trainer
-        with ``trainer_args`` (a Vertex AI job's pools each run their own); ``task_env(role, index)``: more
-        environment for one task (Vertex AI's per-replica variables)."""
-        if chief_role not in ("master", "chief"):
-            raise ValueError("chief_role %r must be master (AI Platform) or chief (Vertex AI)." % chief_role)
-        if evaluator and chief_role == "master":
-            raise ValueError("A master evaluates itself (AI Platform): use --chief-role chief for an evaluator.")
-        if workers < 0 or ps < 0:
-            raise ValueError("--workers and --ps must not be negative.")
+        """``chief_role``: master (AI Platform's name) or chief (Vertex AI's; an evaluator goes only beside a chief,
+        as TF_CONFIG's parser says). ``commands``: {role: argv} for roles that run another command than this
+        interpreter's trainer with ``trainer_args`` (a Vertex AI job's pools each run their own);
+        ``task_env(role, index)``: more environment for one task (Vertex AI's per-replica variables)."""
         self.trainer_args = list(trainer_args)
         self.chief_role, self.trial, self.out = chief_role, trial, out
         self.env = dict(os.environ if env is None else env)
@@ -244,60 +231,3 @@ class LocalCluster(object):
 
     def __exit__(self, *exc):
         self.stop()
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m estimator.local_cluster",
-        description="Run python -m estimator.cifar10_main as a local distributed cluster. Trainer flags follow --.",
-    )
-    parser.add_argument("--workers", type=int, default=1, help="Workers besides the master.")
-    parser.add_argument("--ps", type=int, default=1, help="Parameter servers.")
-    parser.add_argument("--evaluator", action="store_true", help="Add an evaluator task.")
-    parser.add_argument(
-        "--chief-role",
-        choices=["master", "chief"],
-        default="master",
-        help="master as on AI Platform, chief as on Vertex AI.",
-    )
-    parser.add_argument("--trial", default=None, help="A tuning trial id to put into TF_CONFIG.")
-    parser.add_argument("--timeout", type=float, default=24 * 3600, help="Stop everything after this many seconds.")
-    return parser
-
-
-def main(argv=None) -> int:
-    own, trainer = processes.split_argv(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    args = parser.parse_args(own)
-    if not trainer:
-        parser.error("give the trainer's flags after --, e.g. -- --data-dir DIR --job-dir DIR --num-gpus 0")
-    try:
-        cluster = LocalCluster(
-            trainer,
-            workers=args.workers,
-            ps=args.ps,
-            evaluator=args.evaluator,
-            chief_role=args.chief_role,
-            trial=args.trial,
-        )
-    except ValueError as e:
-        parser.error(str(e))
-    print("Cluster: %s" % json.dumps(cluster.spec), flush=True)
-
-    def interrupted(signum, frame):
-        # Passed on: each trainer saves a checkpoint at the step it reached (docs/faults.md).
-        cluster.stop(grace=SIGNAL_GRACE_SECS)
-        sys.exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, interrupted)
-    cluster.start()
-    try:
-        code = cluster.wait(timeout=args.timeout)
-    except ClusterError as e:
-        print("error: %s" % e, file=sys.stderr, flush=True)
-        return 1
-    except KeyboardInterrupt:
-        cluster.stop(grace=SIGNAL_GRACE_SECS)
-        return 130
-    print("Cluster finished: %s exited with %d." % (args.chief_role, code), flush=True)
-    return code
