@@ -5,6 +5,7 @@ cluster as Vertex AI runs it, from the job's own config (docs/cloud.md). Its cla
 import sys
 
 from estimator.cloud.local_cluster import ClusterError, LocalCluster, Task, cluster_spec, free_ports
+from estimator.common import processes
 
 __all__ = ["ClusterError", "LocalCluster", "Task", "cluster_spec", "free_ports"]
 RETIRED = (
@@ -12,6 +13,11 @@ RETIRED = (
     "custom-job) and run it here with python -m estimator.vertex local-run (docs/cloud.md)."
 )
 
-if __name__ == "__main__":
+
+def main(argv=None) -> int:
     print("error: " + RETIRED, file=sys.stderr)
-    sys.exit(2)
+    return 2
+
+
+if __name__ == "__main__":
+    processes.exit_with(main())
