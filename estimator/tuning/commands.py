@@ -25,7 +25,6 @@ from estimator.training import flags, hparams
 from estimator.tuning import report, trial_flags
 from estimator.tuning import spec as spec_lib
 
-# Several machines, one study: a Vertex AI tuning job (python -m estimator.vertex hp-tuning-job) runs them.
 STORAGE_RETIRED = hparams.Retired(
     None, "a study on several machines is a Vertex AI tuning job", "0.6.0", "docs/cloud.md"
 )
