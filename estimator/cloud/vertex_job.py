@@ -398,8 +398,8 @@ def job_args(trainer_args, training_input: dict, base_output_dir: str = None) ->
     Raises:
       SpecError: naming the flag, where it came from, and the fix.
     """
-    with _trainer_refusal():  # @FILE read as the trainer reads it
-        args = flags.build_parser()._read_args_from_files(list(training_input.get("args") or ()) + list(trainer_args))
+    with _trainer_refusal():
+        args = flags.read_flag_files(list(training_input.get("args") or ()) + list(trainer_args))
     try:
         at, recipe = recipes.find(args)
         if at is not None and recipe not in recipes.names():  # a file: its flags go with the job

@@ -249,6 +249,12 @@ def _usage(f, declared, kind) -> str:
     return "%s %s%s" % (flag_name(f.name), value, " ..." if declared.item is not None else "")
 
 
+def read_flag_files(argv) -> list:
+    """``argv`` with each ``@FILE`` replaced by its flags, read as the trainer reads them (a missing file exits 2
+    with the trainer's line)."""
+    return build_parser()._read_args_from_files(list(argv))
+
+
 def given_values(argv) -> dict:
     """``{destination: value}`` of the flags ``argv`` gives, as the trainer's own parser reads them (``@FILE``
     expanded, defaults left out, nothing required): what a tool that reads the trainer's argv looks up. A flag the
