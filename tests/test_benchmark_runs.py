@@ -1,5 +1,6 @@
 """The benchmarks that start trainers: they stop them when they are stopped, and time them as they say."""
 
+import argparse
 import os
 import signal
 import subprocess
@@ -147,3 +148,13 @@ def test_the_network_table_trains_every_recipe_for_fixed_epochs_without_its_budg
     )
     flags.validate(parsed, flags.Cluster())
     assert (parsed.train_epochs, parsed.time_budget, parsed.tta_fraction, parsed.optimizer) == (4.0, None, 1.0, "sgd")
+
+
+def test_the_environment_benchmark_reads_each_environment_as_its_name_python_and_variables():
+    from benchmarks import environment_speed
+
+    given = environment_speed.environment("itex graph=/v/bin/python ITEX_ONEDNN_GRAPH=1 X=a=b")
+    assert given == ("itex graph", "/v/bin/python", {"ITEX_ONEDNN_GRAPH": "1", "X": "a=b"})
+    for bad in ("stock", "=/v/bin/python", "stock=", "itex=/v/bin/python ITEX_ONEDNN_GRAPH"):
+        with pytest.raises(argparse.ArgumentTypeError, match="give NAME=PYTHON"):
+            environment_speed.environment(bad)
