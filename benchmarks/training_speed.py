@@ -11,7 +11,9 @@ PyTorch (float32 and ``torch.autocast('cpu', torch.bfloat16)``; only if torch is
 installed: ``pip install -e .[bench]``). All read the same TFRecords through the
 same input pipeline. The best round is reported. Each rate is also given as a
 fraction of the matrix-product FLOP/s measured at the start of the same run
-(2048x2048, fp32 and bf16), counting 3x the forward FLOPs per training image.
+(2048x2048, fp32 and bf16), counting 3x the forward FLOPs per training image;
+with torch installed, PyTorch's matrix product on the same cores is recorded too
+(``torch_matmul_gflops``: the anchor, where a library beats TensorFlow's).
 The training input pipeline alone is timed too: it must stay well ahead (5x) of
 what the fastest trainer consumes.
 
@@ -49,6 +51,19 @@ def matmul_gflops(dtype, n=2048, repeats=10) -> float:
     for _ in range(repeats):
         out = f()
     out.numpy()
+    return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def torch_matmul_gflops(precision, n=2048, repeats=10) -> float:
+    """PyTorch's matrix product on the same cores: the physical anchor, where it beats TensorFlow's."""
+    import torch
+
+    torch.set_num_threads(os.cpu_count())
+    a = torch.randn(n, n).to(torch.bfloat16 if precision == "bf16" else torch.float32)
+    torch.matmul(a, a)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        torch.matmul(a, a)
     return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e9
 
 
@@ -239,6 +254,9 @@ def main(argv=None):
     dtypes = {"fp32": tf.float32, "bf16": tf.bfloat16}
     peak = {p: matmul_gflops(dtypes[p]) for p in args.precisions}
     print("matmul 2048x2048: %s" % ", ".join("%s %.0f GFLOP/s" % kv for kv in peak.items()))
+    anchor = {p: torch_matmul_gflops(p) for p in args.precisions} if torch_available() and not args.no_torch else {}
+    if anchor:
+        print("PyTorch's matmul 2048x2048: %s" % ", ".join("%s %.0f GFLOP/s" % kv for kv in anchor.items()))
     airbench = args.network == "airbench"
     with_torch = torch_available() and not args.no_torch and not airbench
     if airbench:
@@ -254,6 +272,7 @@ def main(argv=None):
         rounds, extra = time_rounds(args, table, label, depth)
         section[label if airbench else str(depth)] = network_row(label, batch, flops, peak, table, rounds, extra)
     result = {"matmul_gflops": {k: round(v, 1) for k, v in peak.items()}, "networks" if airbench else "depths": section}
+    result["torch_matmul_gflops"] = {k: round(v, 1) for k, v in anchor.items()}
     result["input_pipeline"] = pipeline_row(args.data_dir, batch, section)
     result["settings"] = vars(args)
     write_result(args.out, result)
