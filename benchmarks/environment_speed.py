@@ -19,7 +19,7 @@ import sys
 from benchmarks.common import print_machine, write_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# What one timing process runs: images/s of our model_fn, and the plugins its TensorFlow loaded.
+# What one timing process runs: images/s of our model_fn, and the extension's version installed there (or None).
 TIMER = """
 import argparse, importlib.metadata, json, sys
 from benchmarks import keras_vs_estimator as kv
@@ -40,12 +40,19 @@ def environment(text: str) -> tuple:
     return name, python, dict(v.split("=", 1) for v in variables)
 
 
-def time_once(python: str, variables: dict, settings: dict) -> dict:
+def time_once(name: str, python: str, variables: dict, settings: dict) -> dict:
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", **variables)
-    out = subprocess.run(
-        [python, "-c", TIMER, json.dumps(settings)], cwd=REPO, env=env, capture_output=True, text=True, check=True
-    ).stdout
-    return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+    try:
+        run = subprocess.run(
+            [python, "-c", TIMER, json.dumps(settings)], cwd=REPO, env=env, capture_output=True, text=True
+        )
+    except OSError as e:
+        raise SystemExit(
+            "environment %r: %s: give a Python of a venv with this package's requirements" % (name, e)
+        ) from None
+    if run.returncode != 0:
+        raise SystemExit("environment %r failed (exit %d):\n%s" % (name, run.returncode, run.stderr[-3000:]))
+    return json.loads(next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[7:])
 
 
 def main(argv=None):
@@ -76,7 +83,7 @@ def main(argv=None):
     rows = {name: {"python": python, "variables": variables, "rounds": []} for name, python, variables in args.env}
     for r in range(args.rounds):
         for name, row in rows.items():
-            timed = time_once(row["python"], row["variables"], settings)
+            timed = time_once(name, row["python"], row["variables"], settings)
             row["rounds"].append(round(timed["rate"], 1))
             row["intel_extension"] = timed["intel_extension"]
             print("  round %d %-24s %8.1f images/s" % (r + 1, name, timed["rate"]), flush=True)

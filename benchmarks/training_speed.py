@@ -55,7 +55,7 @@ def matmul_gflops(dtype, n=2048, repeats=10) -> float:
 
 
 def torch_matmul_gflops(precision, n=2048, repeats=10) -> float:
-    """PyTorch's matrix product on the same cores: the physical anchor, where it beats TensorFlow's."""
+    """PyTorch's matrix product on the same cores: the physical anchor wherever it beats TensorFlow's."""
     import torch
 
     torch.set_num_threads(os.cpu_count())
@@ -254,11 +254,12 @@ def main(argv=None):
     dtypes = {"fp32": tf.float32, "bf16": tf.bfloat16}
     peak = {p: matmul_gflops(dtypes[p]) for p in args.precisions}
     print("matmul 2048x2048: %s" % ", ".join("%s %.0f GFLOP/s" % kv for kv in peak.items()))
-    anchor = {p: torch_matmul_gflops(p) for p in args.precisions} if torch_available() and not args.no_torch else {}
+    use_torch = torch_available() and not args.no_torch
+    anchor = {p: torch_matmul_gflops(p) for p in args.precisions} if use_torch else {}
     if anchor:
         print("PyTorch's matmul 2048x2048: %s" % ", ".join("%s %.0f GFLOP/s" % kv for kv in anchor.items()))
     airbench = args.network == "airbench"
-    with_torch = torch_available() and not args.no_torch and not airbench
+    with_torch = use_torch and not airbench
     if airbench:
         print("No PyTorch version of the airbench network here: its rows are left out.")
     elif not with_torch:
