@@ -11,6 +11,7 @@ failure is named.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -27,27 +28,18 @@ HOST = "127.0.0.1"
 
 
 def free_ports(count: int):
-    """``count`` distinct free TCP ports on the loopback interface."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind((HOST, 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
+    """``count`` distinct free TCP ports on the loopback interface (all held open until each is chosen)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
         for s in sockets:
-            s.close()
+            s.bind((HOST, 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 def cluster_spec(workers: int, ps: int, chief_role: str = "master"):
-    ports = free_ports(1 + workers + ps)
-    spec = {chief_role: ["%s:%d" % (HOST, ports[0])]}
-    if workers:
-        spec["worker"] = ["%s:%d" % (HOST, p) for p in ports[1 : 1 + workers]]
-    if ps:
-        spec["ps"] = ["%s:%d" % (HOST, p) for p in ports[1 + workers :]]
-    return spec
+    ports = iter(free_ports(1 + workers + ps))
+    counts = {chief_role: 1, "worker": workers, "ps": ps}
+    return {role: ["%s:%d" % (HOST, next(ports)) for _ in range(n)] for role, n in counts.items() if n}
 
 
 class ClusterError(RuntimeError):
@@ -108,12 +100,9 @@ class LocalCluster(object):
         self.chief_role, self.trial, self.out = chief_role, trial, out
         self.env = dict(os.environ if env is None else env)
         self.spec = cluster_spec(workers, ps, chief_role)
-        self.roles = (
-            [(chief_role, 0)]
-            + [("worker", i) for i in range(workers)]
-            + [("ps", i) for i in range(ps)]
-            + ([("evaluator", 0)] if evaluator else [])
-        )
+        # An evaluator is in no cluster spec (TF_CONFIG names it apart).
+        self.roles = [(role, i) for role, hosts in self.spec.items() for i in range(len(hosts))]
+        self.roles += [("evaluator", 0)] if evaluator else []
         self.commands = dict(commands or {})
         self.task_env = task_env or (lambda role, index: {})
         self.ends_with_chief = False  # Vertex AI's way: the job ends when its primary replica does
@@ -155,14 +144,13 @@ class LocalCluster(object):
         regex = re.compile(pattern)
         while time.time() < deadline:
             task = self.task(role, index)
+            exited = task.process.poll() is not None
+            if exited:
+                task.join_output()  # the last lines too
             match = regex.search(task.log(after))
             if match:
                 return match
-            if task.process.poll() is not None:
-                task.join_output()
-                match = regex.search(task.log(after))
-                if match:
-                    return match
+            if exited:
                 raise ClusterError(
                     "%s exited with %s before printing %r" % (task.name, task.process.returncode, pattern)
                 )
@@ -181,16 +169,11 @@ class LocalCluster(object):
             while True:
                 for task in list(self.tasks.values()):
                     code = task.process.poll()
-                    if code not in (None, 0) and task.role != "ps":
+                    if code is not None and (code or task.role == "ps"):  # a parameter server never ends by itself
                         task.join_output()
-                        last = "".join(task.lines[-15:])
                         raise ClusterError(
                             "%s failed with exit code %d; stopped the other tasks. Its last lines:\n%s"
-                            % (task.name, code, last)
-                        )
-                    if code is not None and task.role == "ps":
-                        raise ClusterError(
-                            "%s exited with %d while the job was running; stopped the other tasks." % (task.name, code)
+                            % (task.name, code, task.log(-15))
                         )
                 chief = self.task(self.chief_role, 0)
                 if chief.process.poll() == 0 and chief_done_at is None:
@@ -216,10 +199,8 @@ class LocalCluster(object):
         """Ends every task still running: SIGTERM, then SIGKILL."""
         running = [t for t in self.tasks.values() if t.process.poll() is None]
         for task in running:  # all at once, then wait: the grace is the job's, not each task's
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(task.process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         deadline = time.time() + grace
         for task in running:
             processes.stop_group(task.process, grace=max(0.1, deadline - time.time()))

@@ -231,10 +231,9 @@ def rehearse(
     work_dir = os.path.abspath(work_dir)
     trial_id, trial_args = _trial(config, trial, parameters)
     mounts = sorted(set(mapping.values()) | {work_dir})
-    commands = {
-        POOL_ROLES[i]: _command(pool, images, mapping, trial_args, engine, mounts) for i, pool in enumerate(pools)
-    }
-    counts = {POOL_ROLES[i]: int(pool.get("replicaCount", 1)) for i, pool in enumerate(pools)}
+    roles = dict(zip(POOL_ROLES, pools))
+    commands = {role: _command(pool, images, mapping, trial_args, engine, mounts) for role, pool in roles.items()}
+    counts = {role: int(pool.get("replicaCount", 1)) for role, pool in roles.items()}
     outputs = _outputs(job, mapping, trial_id)
     environ = {k: v for k, v in os.environ.items() if not k.startswith("AIP_") and k not in TASK_VARIABLES}
     cluster = LocalCluster(
