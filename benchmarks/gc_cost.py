@@ -37,10 +37,10 @@ WAYS = {
 FIRST_LOG_LINE = "INFO:tensorflow:"
 
 
-def timed_command(command, cwd=None) -> dict:
+def timed_command(command, cwd=None, env=None) -> dict:
     """One command (in ``cwd``): its wall seconds, the seconds to its first line starting with ``FIRST_LOG_LINE``
     (stdout and stderr together; None without one), from its last line to its exit, and its CPU seconds (user and
-    system: steadier than the wall on a shared machine)."""
+    system: steadier than the wall on a shared machine); ``env``: variables added to this process's."""
     start = time.monotonic()
     proc = subprocess.Popen(
         command,
@@ -48,7 +48,7 @@ def timed_command(command, cwd=None) -> dict:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})),
     )
     first = None
     last = start

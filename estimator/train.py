@@ -88,8 +88,13 @@ def run_config(hp: hparams_lib.HParams) -> tf.estimator.RunConfig:
             save_checkpoints_secs=None if steps else hp.save_checkpoints_secs,
             keep_checkpoint_max=hp.keep_checkpoint_max,
             log_step_count_steps=hp.log_every_n_steps,
-            save_summary_steps=hp.save_summary_steps or min(100, hp.log_every_n_steps),
+            save_summary_steps=summary_steps(hp),
         )
+
+
+def summary_steps(hp: hparams_lib.HParams) -> int:
+    """Steps between two writes of the training summaries, in the job dir and in Vertex AI's TensorBoard's."""
+    return hp.save_summary_steps or min(100, hp.log_every_n_steps)
 
 
 def _training_rank(cluster: cluster_lib.Cluster) -> int:
@@ -140,7 +145,7 @@ def build_hooks(hp: hparams_lib.HParams, guests=()) -> Hooks:
     eval_mirror = None
     if mirror:
         if cluster.is_chief:
-            train_hooks.append(hooks.SummaryMirrorHook(mirror, min(100, hp.log_every_n_steps)))
+            train_hooks.append(hooks.SummaryMirrorHook(mirror, summary_steps(hp)))
         eval_mirror = storage.join(mirror, "eval_" + fmt.VALIDATION)
     reporter = hooks.EvalReporter(fmt.VALIDATION, mirror_dir=eval_mirror, trial=cluster.trial)
     after_eval = [reporter] + ([hooks.EvalPictures(hp, fmt.VALIDATION)] if cluster.is_chief or evaluator else [])

@@ -120,15 +120,24 @@ def test_the_gc_benchmark_times_a_commands_start_and_exit_and_refuses_a_failed_o
 def test_the_job_cost_benchmark_alternates_two_checkouts_in_their_own_directories(tmp_path):
     from benchmarks import job_cost
 
-    # Each "trainer" makes the job dir it was given (the last flag; it must be new) and writes where it ran.
-    script = "import os, sys; os.makedirs(sys.argv[-1]); open(sys.argv[-1] + '/cwd', 'w').write(os.getcwd())"
+    # Each "trainer" makes the job dir it was given (the last flag; it must be new), writes where it ran and, in
+    # its results.json, a rate from the variable --env gives every job.
+    script = (
+        "import json, os, sys; os.makedirs(sys.argv[-1]); open(sys.argv[-1] + '/cwd', 'w').write(os.getcwd()); "
+        "json.dump({'examples_per_sec': float(os.environ['RATE'])}, open(sys.argv[-1] + '/results.json', 'w'))"
+    )
     ways = {"this": ([sys.executable, "-c", script], None), "against": ([sys.executable, "-c", script], str(tmp_path))}
-    runs = job_cost.time_rounds(ways, ["--seed", "1"], str(tmp_path / "work"), rounds=2)
+    runs = job_cost.time_rounds(ways, ["--seed", "1"], str(tmp_path / "work"), rounds=2, env={"RATE": "512.5"})
     assert [len(rows) for rows in runs.values()] == [2, 2]  # a fresh job dir each time, or makedirs fails
     assert open(tmp_path / "work" / "job" / "cwd").read() == str(tmp_path)  # the last: the other checkout's
     table = job_cost.medians(runs)
     assert sorted(table) == ["against", "this"] and sorted(table["this"]) == sorted(job_cost.KEYS)
     assert table["this"]["start_secs"] is None  # no log line
+    assert table["this"]["examples_per_sec"] == table["against"]["examples_per_sec"] == 512.5
+    for bad in ("=1", "RATE"):
+        with pytest.raises(SystemExit) as e:
+            job_cost.main(["--data-dir", "d", "--against", "a", "--work-dir", str(tmp_path), "--env", bad])
+        assert e.value.code == 2
 
 
 def test_the_network_table_trains_every_recipe_for_fixed_epochs_without_its_budget_or_views(tmp_path):
