@@ -276,6 +276,23 @@ def test_unknown_hyperparameters_field_is_refused(tmp_path, mini_records, capsys
     assert rc == 2 and "unknown field maxTrial" in err
 
 
+def test_the_coordinators_defaults_yield_to_the_trainers_flags_wherever_they_are_given(tmp_path):
+    """The threads and checkpoint steps a study adds are left out where the trainer's flags give them: on the
+    command line, as --name=value or in a flag file (read as the trainer reads it)."""
+    from estimator.tuning import spec as spec_lib
+    from estimator.tuning import study
+
+    early_stopping = spec_lib.StudySpec("MAXIMIZE", "accuracy", 4, 2, 1, False, True, None, "ALGORITHM_UNSPECIFIED")
+    threads = ["--num-intra-threads", str(max(1, (os.cpu_count() or 1) // 2)), "--num-inter-threads", "1"]
+    checkpoints = ["--save-checkpoints-steps", "25", "--eval-throttle-secs", "0"]
+    assert study.trainer_defaults(["--num-gpus", "0"], early_stopping, 2, 100) == threads + checkpoints
+    assert study.trainer_defaults(["--num-intra-threads=3"], early_stopping, 2, 100) == checkpoints
+    assert study.trainer_defaults(["--num-gpus", "0"], early_stopping, 1, 100) == checkpoints  # one at a time
+    flag_file = tmp_path / "trial.args"
+    flag_file.write_text("--num-intra-threads 3  # their own\n--save-checkpoints-steps 10\n")
+    assert study.trainer_defaults(["@%s" % flag_file], early_stopping, 2, 100) == []
+
+
 def test_a_study_without_optuna_says_which_extra_to_install(mini_records, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)  # what an install without the [tune] extra imports
     import estimator.tuning

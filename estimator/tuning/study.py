@@ -55,6 +55,7 @@ from optuna.trial import TrialState
 
 from estimator.common import cluster as cluster_lib
 from estimator.common import processes
+from estimator.training import flags
 from estimator.tuning import spec as spec_lib
 from estimator.tuning.spec import Algorithm, Goal, ParamType, Scale
 
@@ -166,14 +167,15 @@ def trial_command(trainer_flags, job_dir: str, values: dict):
 
 
 def trainer_defaults(trainer_flags, study_spec: spec_lib.StudySpec, parallel: int, train_steps: int) -> list:
-    """Flags the coordinator adds unless given: threads per trial; checkpoints at fixed steps for pruning."""
+    """Flags the coordinator adds unless given (read as the trainer reads them: @FILE and --recipe too): threads
+    per trial; checkpoints at fixed steps for pruning."""
     extra = []
-    given = set(f.split("=")[0] for f in trainer_flags if f.startswith("--"))
+    given = flags.given_flags(trainer_flags)
     cores = os.cpu_count() or 1
-    if parallel > 1 and "--num-intra-threads" not in given:
+    if parallel > 1 and "num_intra_threads" not in given:
         # Each trial its share of the cores: K trials x all cores would oversubscribe them.
         extra += ["--num-intra-threads", str(max(1, cores // parallel)), "--num-inter-threads", "1"]
-    if study_spec.early_stopping and train_steps and "--save-checkpoints-steps" not in given:
+    if study_spec.early_stopping and train_steps and "save_checkpoints_steps" not in given:
         extra += ["--save-checkpoints-steps", str(max(1, train_steps // 4)), "--eval-throttle-secs", "0"]
     return extra
 
